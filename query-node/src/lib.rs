@@ -1,0 +1,28 @@
+//! Sealion's query node.
+//!
+//! Stateless: everything it knows comes from meta (catalog, partition map)
+//! and storage nodes (rows). It serves SQL over the PostgreSQL wire protocol
+//! and HTTP, plans with DataFusion through its extension points (a catalog,
+//! a TableProvider, a data sink), and routes writes to the storage nodes
+//! that own their partitions. It must never depend on RocksDB.
+
+pub mod catalog;
+pub mod error;
+pub mod http;
+pub mod lineproto;
+pub mod pg;
+pub mod router;
+pub mod server;
+pub mod sql;
+pub mod table;
+
+use std::sync::Arc;
+
+pub use error::{Error, Result};
+pub use server::{QueryConfig, QueryServer};
+
+/// What every request handler shares.
+pub struct QueryContext {
+    pub shared: catalog::Shared,
+    pub sql: Arc<sql::SqlEngine>,
+}

@@ -1,0 +1,211 @@
+//! The PostgreSQL wire protocol, served by datafusion-postgres over pgwire.
+//!
+//! datafusion-postgres brings the protocol, type encoding and `pg_catalog`
+//! (so psql, Grafana and drivers work). Sealion adds one query hook in front
+//! of its own: it picks the database from the connection's startup
+//! parameters, runs catalog statements through meta, and turns errors into
+//! the SQLSTATE codes clients expect (42P01 for a missing table, 42703 for a
+//! missing column) instead of a generic internal error.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::common::ParamValues;
+use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_postgres::arrow_pg::datatypes::df::encode_dataframe;
+use datafusion_postgres::hooks::HookClient;
+use datafusion_postgres::hooks::cursor::CursorStatementHook;
+use datafusion_postgres::hooks::set_show::SetShowHook;
+use datafusion_postgres::hooks::transactions::TransactionStatementHook;
+use datafusion_postgres::pgwire::api::auth::StartupHandler;
+use datafusion_postgres::pgwire::api::auth::noop::NoopStartupHandler;
+use datafusion_postgres::pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
+use datafusion_postgres::pgwire::api::portal::Format;
+use datafusion_postgres::pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use datafusion_postgres::pgwire::api::results::{Response, Tag};
+use datafusion_postgres::pgwire::api::{ClientInfo, ConnectionManager, PgWireServerHandlers};
+use datafusion_postgres::pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use datafusion_postgres::pgwire::types::format::FormatOptions;
+use datafusion_postgres::{DfSessionService, QueryHook};
+
+use crate::sql::{Handling, Output, SqlEngine, handling};
+use crate::Error;
+
+fn pg_error(e: Error) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".to_string(),
+        e.sqlstate().to_string(),
+        e.to_string(),
+    )))
+}
+
+fn database_of(client: &(dyn ClientInfo + Send + Sync)) -> String {
+    client
+        .metadata()
+        .get("database")
+        .filter(|d| !d.is_empty())
+        .cloned()
+        .unwrap_or_else(|| sealion_common::catalog::DEFAULT_DATABASE.to_string())
+}
+
+/// Statements left to datafusion-postgres's own hooks (session settings,
+/// transactions, cursors).
+fn left_to_others(stmt: &Statement) -> bool {
+    matches!(
+        stmt,
+        Statement::Set(_)
+            | Statement::ShowVariable { .. }
+            | Statement::ShowStatus { .. }
+            | Statement::StartTransaction { .. }
+            | Statement::Commit { .. }
+            | Statement::Rollback { .. }
+            | Statement::Declare { .. }
+            | Statement::Fetch { .. }
+            | Statement::Close { .. }
+    )
+}
+
+pub struct SealionHook {
+    pub sql: Arc<SqlEngine>,
+}
+
+fn empty_plan() -> LogicalPlan {
+    LogicalPlan::EmptyRelation(EmptyRelation {
+        produce_one_row: false,
+        schema: Arc::new(datafusion::common::DFSchema::empty()),
+    })
+}
+
+fn affected(tag: &str, rows: u64) -> Response {
+    let mut t = Tag::new(tag);
+    if tag == "INSERT" {
+        t = t.with_oid(0).with_rows(rows as usize);
+    }
+    Response::Execution(t)
+}
+
+#[async_trait]
+impl QueryHook for SealionHook {
+    async fn handle_simple_query(
+        &self,
+        statement: &Statement,
+        _session_context: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        if left_to_others(statement) {
+            return None;
+        }
+        let db = database_of(&*client);
+        let result = match self.sql.execute(&db, statement).await {
+            Ok(Output::Rows(df)) => {
+                let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+                encode_dataframe(df, &Format::UnifiedText, Some(options))
+                    .await
+                    .map(Response::Query)
+            }
+            Ok(Output::Affected { tag, rows }) => Ok(affected(&tag, rows)),
+            Err(e) => Err(pg_error(e)),
+        };
+        Some(result)
+    }
+
+    async fn handle_extended_parse_query(
+        &self,
+        statement: &Statement,
+        _session_context: &SessionContext,
+        client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireResult<LogicalPlan>> {
+        if left_to_others(statement) {
+            return None;
+        }
+        if handling(statement) == Handling::Sealion {
+            // Run at execute time; no rows are described.
+            return Some(Ok(empty_plan()));
+        }
+        let db = database_of(client);
+        Some(self.sql.plan(&db, statement).await.map(|(_, plan)| plan).map_err(pg_error))
+    }
+
+    async fn handle_extended_query(
+        &self,
+        statement: &Statement,
+        _logical_plan: &LogicalPlan,
+        _params: &ParamValues,
+        _session_context: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        if handling(statement) != Handling::Sealion || left_to_others(statement) {
+            // Planned in the parse phase against the right database; the
+            // default path binds parameters and encodes in the portal's format.
+            return None;
+        }
+        let db = database_of(&*client);
+        Some(match self.sql.execute(&db, statement).await {
+            Ok(Output::Affected { tag, rows }) => Ok(affected(&tag, rows)),
+            Ok(Output::Rows(df)) => {
+                let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+                encode_dataframe(df, &Format::UnifiedText, Some(options))
+                    .await
+                    .map(Response::Query)
+            }
+            Err(e) => Err(pg_error(e)),
+        })
+    }
+}
+
+struct Startup {
+    connections: Arc<ConnectionManager>,
+}
+
+#[async_trait]
+impl NoopStartupHandler for Startup {
+    fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
+        Some(self.connections.clone())
+    }
+}
+
+pub struct PgHandlers {
+    service: Arc<DfSessionService>,
+    startup: Arc<Startup>,
+    cancel: Arc<DefaultCancelHandler>,
+}
+
+impl PgHandlers {
+    pub fn new(sql: Arc<SqlEngine>) -> Self {
+        let hooks: Vec<Arc<dyn QueryHook>> = vec![
+            Arc::new(SealionHook { sql: sql.clone() }),
+            Arc::new(SetShowHook),
+            Arc::new(TransactionStatementHook),
+            Arc::new(CursorStatementHook),
+        ];
+        let ctx = Arc::new(sql.ctx.clone());
+        let connections = Arc::new(ConnectionManager::new());
+        PgHandlers {
+            service: Arc::new(DfSessionService::new_with_hooks(ctx, hooks)),
+            startup: Arc::new(Startup {
+                connections: connections.clone(),
+            }),
+            cancel: Arc::new(DefaultCancelHandler::new(connections)),
+        }
+    }
+}
+
+impl PgWireServerHandlers for PgHandlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.service.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.service.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        self.startup.clone()
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        self.cancel.clone()
+    }
+}

@@ -1,0 +1,187 @@
+//! Routing rows to the storage nodes that hold their partitions.
+//!
+//! A batch is split by time partition; partitions that do not exist yet are
+//! created through meta (which places them); rows then go, per node, in one
+//! request each, all nodes in parallel. The call returns only when every
+//! node has acknowledged, and each node acknowledges only after its write is
+//! synced. A node that cannot be reached fails the call with `Unavailable`:
+//! rows are never dropped silently. Writing the same rows again is safe
+//! (a row is unique by series and time), so a client may retry the call.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arrow::array::{Array, TimestampNanosecondArray, UInt32Array};
+use arrow::compute::take_record_batch;
+use arrow::ipc::writer::StreamWriter;
+use arrow::record_batch::RecordBatch;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use sealion_common::catalog::time_column;
+use sealion_common::meta_client::MetaClient;
+use sealion_common::proto::meta_command::Cmd;
+use sealion_common::proto::storage_client::StorageClient;
+use sealion_common::proto::{EnsurePartitions, Partition, PartitionRows, Table, WriteRequest};
+use sealion_common::time::partition_start;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::{Error, Result};
+
+/// Largest gRPC message exchanged with storage nodes.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// gRPC channels to storage nodes, one per address, made on first use.
+#[derive(Default)]
+pub struct StorageClients {
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+impl StorageClients {
+    fn channel(&self, addr: &str) -> Result<Channel> {
+        let mut map = self
+            .channels
+            .lock()
+            .map_err(|_| Error::Internal("storage channel map poisoned".into()))?;
+        if let Some(c) = map.get(addr) {
+            return Ok(c.clone());
+        }
+        let channel = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| Error::Internal(format!("bad storage address {addr}: {e}")))?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .connect_lazy();
+        map.insert(addr.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    pub fn storage(&self, addr: &str) -> Result<StorageClient<Channel>> {
+        Ok(StorageClient::new(self.channel(addr)?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    pub fn flight(&self, addr: &str) -> Result<FlightServiceClient<Channel>> {
+        Ok(FlightServiceClient::new(self.channel(addr)?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+}
+
+pub struct WriteRouter {
+    pub meta: Arc<MetaClient>,
+    pub storage: Arc<StorageClients>,
+}
+
+fn encode_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    {
+        let mut w = StreamWriter::try_new(&mut buf, &batch.schema())?;
+        w.write(batch)?;
+        w.finish()?;
+    }
+    Ok(buf)
+}
+
+impl WriteRouter {
+    /// Writes `batch`, whose columns are named after `table`'s columns and
+    /// include its time column. Returns the number of rows written.
+    pub async fn write(&self, table: &Table, batch: RecordBatch) -> Result<u64> {
+        if batch.num_rows() == 0 {
+            return Ok(0);
+        }
+        let time_name = time_column(table)
+            .map(|c| c.name.clone())
+            .ok_or_else(|| Error::Internal(format!("table {} has no time column", table.name)))?;
+        let times = batch
+            .column_by_name(&time_name)
+            .and_then(|a| a.as_any().downcast_ref::<TimestampNanosecondArray>())
+            .ok_or_else(|| Error::Invalid(format!("rows for {} have no {time_name} column", table.name)))?;
+        let interval = table.partition_interval_ns;
+        let mut rows_by_start: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+        for i in 0..times.len() {
+            if times.is_null(i) {
+                return Err(Error::Invalid(format!("row {} has no value for {time_name}", i + 1)));
+            }
+            let t = times.value(i);
+            let start = partition_start(t, interval)
+                .ok_or_else(|| Error::Invalid(format!("timestamp {t} is out of range")))?;
+            rows_by_start.entry(start).or_default().push(i as u32);
+        }
+        let partitions = self.partitions_for(table, rows_by_start.keys().copied().collect()).await?;
+
+        // node id -> (address, partition rows)
+        let state = self.meta.state();
+        let mut by_node: BTreeMap<u64, Vec<PartitionRows>> = BTreeMap::new();
+        for (start, rows) in rows_by_start {
+            let p = partitions
+                .iter()
+                .find(|p| p.start_ns == start)
+                .ok_or_else(|| Error::Internal(format!("meta returned no partition for start {start}")))?;
+            let primary = *p.replicas.first().ok_or_else(|| {
+                Error::Unavailable(format!("partition {} has no replica", p.id))
+            })?;
+            let indices = UInt32Array::from(rows);
+            let part = take_record_batch(&batch, &indices)?;
+            by_node.entry(primary).or_default().push(PartitionRows {
+                partition_id: p.id,
+                arrow_ipc: encode_ipc(&part)?,
+            });
+        }
+        let columns = table.columns.clone();
+        let mut calls = Vec::with_capacity(by_node.len());
+        for (node_id, parts) in by_node {
+            let addr = sealion_common::catalog::node(&state, node_id)
+                .map(|n| n.addr.clone())
+                .ok_or_else(|| Error::Unavailable(format!("storage node {node_id} is unknown")))?;
+            let mut client = self.storage.storage(&addr)?;
+            let mut req = tonic::Request::new(WriteRequest {
+                table_id: table.id,
+                columns: columns.clone(),
+                partitions: parts,
+            });
+            req.set_timeout(WRITE_TIMEOUT);
+            calls.push(async move {
+                client.write(req).await.map(|r| r.into_inner().rows_written).map_err(|status| {
+                    match status.code() {
+                        tonic::Code::InvalidArgument => Error::Invalid(status.message().to_string()),
+                        _ => Error::Unavailable(format!(
+                            "storage node {node_id} at {addr} did not store the write: {}",
+                            status.message()
+                        )),
+                    }
+                })
+            });
+        }
+        let results = futures::future::join_all(calls).await;
+        let mut written = 0;
+        for r in results {
+            written += r?;
+        }
+        metrics::counter!("sealion_query_rows_routed_total").increment(written);
+        Ok(written)
+    }
+
+    /// The partitions of `table` that start at `starts`, created if missing.
+    async fn partitions_for(&self, table: &Table, starts: Vec<i64>) -> Result<Vec<Partition>> {
+        let state = self.meta.state();
+        let existing: Vec<Partition> = state
+            .partitions
+            .iter()
+            .filter(|p| p.table_id == table.id && starts.contains(&p.start_ns))
+            .cloned()
+            .collect();
+        if existing.len() == starts.len() {
+            return Ok(existing);
+        }
+        let reply = self
+            .meta
+            .propose(Cmd::EnsurePartitions(EnsurePartitions {
+                table_id: table.id,
+                starts_ns: starts,
+                placements: vec![],
+            }))
+            .await?;
+        Ok(reply.partitions)
+    }
+}

@@ -1,0 +1,553 @@
+//! The SQL front of a query node, shared by HTTP and the PostgreSQL wire.
+//!
+//! DataFusion plans and runs queries and `INSERT`s. Statements that change
+//! the catalog (`CREATE TABLE` with a time column and tags, `DROP TABLE`,
+//! `CREATE DATABASE`) and Sealion's `SHOW` statements are handled here,
+//! through meta, because the catalog lives in meta and not in DataFusion.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, StringArray};
+use arrow::datatypes::{DataType as ArrowType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use datafusion::dataframe::DataFrame;
+use datafusion::execution::context::SessionState;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::{
+    ColumnOption, CreateTableOptions, Expr as SqlExpr, Ident, ObjectName, ObjectType, SqlOption,
+    Statement, TableConstraint, Value as SqlValue,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use sealion_common::catalog::{DEFAULT_DATABASE, find_table, kind_name, type_name};
+use sealion_common::proto::meta_command::Cmd;
+use sealion_common::proto::{
+    Column, ColumnKind, CreateDatabase, CreateTable, DataType, DropDatabase, DropPartitionsRequest,
+    DropTable, Table,
+};
+use sealion_common::time::{DEFAULT_PARTITION_INTERVAL_NS, parse_duration_ns};
+
+use crate::catalog::{CATALOG, SealionCatalog, Shared};
+use crate::{Error, Result};
+
+/// Longest SQL text accepted, in bytes.
+pub const MAX_SQL_BYTES: usize = 1 << 20;
+
+pub enum Output {
+    /// Rows to stream back.
+    Rows(DataFrame),
+    /// A statement that changed something: the command tag and row count.
+    Affected { tag: String, rows: u64 },
+}
+
+pub struct SqlEngine {
+    pub ctx: SessionContext,
+    pub shared: Shared,
+}
+
+/// Who runs a statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handling {
+    /// Catalog statements: run by Sealion, through meta.
+    Sealion,
+    /// Planned and run by DataFusion.
+    DataFusion,
+}
+
+pub fn handling(stmt: &Statement) -> Handling {
+    match stmt {
+        Statement::CreateTable(_)
+        | Statement::CreateSchema { .. }
+        | Statement::CreateDatabase { .. }
+        | Statement::ShowTables { .. }
+        | Statement::ShowColumns { .. }
+        | Statement::ShowDatabases { .. }
+        | Statement::ShowSchemas { .. } => Handling::Sealion,
+        Statement::Drop { object_type, .. }
+            if matches!(object_type, ObjectType::Table | ObjectType::Schema | ObjectType::Database) =>
+        {
+            Handling::Sealion
+        }
+        _ => Handling::DataFusion,
+    }
+}
+
+/// Parses `sql` (PostgreSQL dialect) into statements.
+pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(Error::TooLarge(format!(
+            "SQL text of {} bytes is over the limit of {MAX_SQL_BYTES}",
+            sql.len()
+        )));
+    }
+    Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| Error::Syntax(e.to_string()))
+}
+
+/// An identifier as DataFusion would see it: unquoted names are lowercased.
+fn normalize(ident: &Ident) -> String {
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
+    }
+}
+
+/// (database, table) of a possibly qualified name.
+fn split_name(name: &ObjectName, default_db: &str) -> Result<(String, String)> {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|p| p.as_ident().map(normalize).ok_or_else(|| Error::Invalid(format!("bad name {name}"))))
+        .collect::<Result<_>>()?;
+    match parts.as_slice() {
+        [t] => Ok((default_db.to_string(), t.clone())),
+        [d, t] => Ok((d.clone(), t.clone())),
+        [_, d, t] => Ok((d.clone(), t.clone())),
+        _ => Err(Error::Invalid(format!("bad table name {name}"))),
+    }
+}
+
+fn sql_type(text: &str) -> Result<DataType> {
+    let t = text.to_ascii_uppercase();
+    let base = t.split('(').next().unwrap_or("").trim();
+    Ok(match base {
+        "TIMESTAMP" | "TIMESTAMPTZ" | "TIMESTAMP WITH TIME ZONE" | "TIMESTAMP WITHOUT TIME ZONE" => DataType::Timestamp,
+        "TEXT" | "VARCHAR" | "STRING" | "CHAR" | "CHARACTER VARYING" | "CHARACTER" => DataType::String,
+        "DOUBLE" | "DOUBLE PRECISION" | "FLOAT" | "FLOAT8" | "FLOAT64" | "REAL" | "FLOAT4" => DataType::Float64,
+        "BIGINT" | "INT" | "INTEGER" | "INT8" | "INT4" | "SMALLINT" | "INT2" | "INT64" => DataType::Int64,
+        "BIGINT UNSIGNED" | "UBIGINT" | "UINT64" | "INT UNSIGNED" | "INTEGER UNSIGNED" => DataType::Uint64,
+        "BOOLEAN" | "BOOL" => DataType::Bool,
+        _ => {
+            return Err(Error::NotSupported(format!(
+                "column type {text}; use TIMESTAMP, TEXT, DOUBLE, BIGINT, BIGINT UNSIGNED or BOOLEAN"
+            )));
+        }
+    })
+}
+
+fn option_text(value: &SqlExpr) -> Result<String> {
+    match value {
+        SqlExpr::Value(v) => match &v.value {
+            SqlValue::SingleQuotedString(s) | SqlValue::DoubleQuotedString(s) => Ok(s.clone()),
+            SqlValue::Number(n, _) => Ok(n.clone()),
+            other => Ok(other.to_string()),
+        },
+        SqlExpr::Identifier(i) => Ok(i.value.clone()),
+        other => Err(Error::Invalid(format!("table option value {other} must be a string"))),
+    }
+}
+
+/// Translates `CREATE TABLE` into a Sealion table.
+///
+/// The time column is the one TIMESTAMP column (or, if there are several,
+/// the one named `time`). Tags are the other columns of the PRIMARY KEY
+/// (`PRIMARY KEY (host, region, time)`), or those listed in the option
+/// `tags = 'host,region'`; every other column is a field. Options:
+/// `partition_interval` (default 1 day) and `retention` (default none).
+pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, bool)> {
+    let Statement::CreateTable(ct) = stmt else {
+        return Err(Error::Internal("not a CREATE TABLE".into()));
+    };
+    if ct.query.is_some() {
+        return Err(Error::NotSupported("CREATE TABLE ... AS SELECT".into()));
+    }
+    let (database, name) = split_name(&ct.name, default_db)?;
+    let mut key: Vec<String> = Vec::new();
+    for c in &ct.constraints {
+        if let TableConstraint::PrimaryKey(pk) = c {
+            for ic in &pk.columns {
+                key.push(match &ic.column.expr {
+                    SqlExpr::Identifier(i) => normalize(i),
+                    other => return Err(Error::Invalid(format!("PRIMARY KEY part {other} must be a column"))),
+                });
+            }
+        }
+    }
+    let mut columns: Vec<Column> = Vec::new();
+    for cd in &ct.columns {
+        let cname = normalize(&cd.name);
+        let data_type = sql_type(&cd.data_type.to_string())?;
+        if cd.options.iter().any(|o| matches!(o.option, ColumnOption::PrimaryKey(_))) {
+            key.push(cname.clone());
+        }
+        if columns.iter().any(|c| c.name == cname) {
+            return Err(Error::Invalid(format!("column {cname} is declared twice")));
+        }
+        columns.push(Column {
+            name: cname,
+            kind: ColumnKind::Field as i32,
+            data_type: data_type as i32,
+        });
+    }
+    let mut interval = DEFAULT_PARTITION_INTERVAL_NS;
+    let mut retention = 0i64;
+    let options: &[SqlOption] = match &ct.table_options {
+        CreateTableOptions::With(o) | CreateTableOptions::Options(o) | CreateTableOptions::Plain(o) => o,
+        _ => &[],
+    };
+    for o in options {
+        let SqlOption::KeyValue { key: k, value } = o else {
+            return Err(Error::Invalid(format!("unsupported table option {o}")));
+        };
+        let v = option_text(value)?;
+        match k.value.to_ascii_lowercase().as_str() {
+            "partition_interval" => interval = parse_duration_ns(&v)?,
+            "retention" => retention = parse_duration_ns(&v)?,
+            "tags" => key.extend(v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty())),
+            other => {
+                return Err(Error::Invalid(format!(
+                    "unknown table option {other}; known: partition_interval, retention, tags"
+                )));
+            }
+        }
+    }
+    let timestamps: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.data_type() == DataType::Timestamp)
+        .map(|(i, _)| i)
+        .collect();
+    let time_idx = match timestamps.as_slice() {
+        [] => return Err(Error::Invalid(format!("table {name} needs a TIMESTAMP column for time"))),
+        [i] => *i,
+        many => *many
+            .iter()
+            .find(|&&i| columns[i].name == "time")
+            .ok_or_else(|| Error::Invalid(format!("table {name} has several TIMESTAMP columns and none is named time")))?,
+    };
+    columns[time_idx].kind = ColumnKind::Time as i32;
+    for k in &key {
+        let Some(c) = columns.iter_mut().find(|c| &c.name == k) else {
+            return Err(Error::ColumnNotFound(format!("{k} (named in PRIMARY KEY or tags)")));
+        };
+        if c.kind() == ColumnKind::Time {
+            continue;
+        }
+        if c.data_type() != DataType::String {
+            return Err(Error::Invalid(format!("tag column {k} must be TEXT, not {}", type_name(c.data_type()))));
+        }
+        c.kind = ColumnKind::Tag as i32;
+    }
+    // The time column first, as tables that line protocol creates have it.
+    let time = columns.remove(time_idx);
+    columns.insert(0, time);
+    Ok((
+        Table {
+            id: 0,
+            database,
+            name,
+            columns,
+            partition_interval_ns: interval,
+            retention_ns: retention,
+            schema_version: 0,
+        },
+        ct.if_not_exists,
+    ))
+}
+
+impl SqlEngine {
+    pub fn new(shared: Shared) -> Result<Arc<Self>> {
+        let config = SessionConfig::new()
+            .with_create_default_catalog_and_schema(false)
+            .with_default_catalog_and_schema(CATALOG, DEFAULT_DATABASE)
+            .with_information_schema(true);
+        let ctx = SessionContext::new_with_config(config);
+        ctx.register_catalog(CATALOG, Arc::new(SealionCatalog::new(shared.clone())));
+        datafusion_postgres::datafusion_pg_catalog::pg_catalog::setup_pg_catalog(
+            &ctx,
+            CATALOG,
+            datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
+        )
+        .map_err(|e| Error::Internal(format!("pg_catalog: {e}")))?;
+        Ok(Arc::new(SqlEngine { ctx, shared }))
+    }
+
+    /// A session state whose unqualified table names resolve in `db`.
+    pub fn state_for(&self, db: &str) -> SessionState {
+        let mut state = self.ctx.state();
+        state.config_mut().options_mut().catalog.default_schema = db.to_string();
+        state
+    }
+
+    /// Plans a statement that DataFusion runs.
+    pub async fn plan(&self, db: &str, stmt: &Statement) -> Result<(SessionState, LogicalPlan)> {
+        let state = self.state_for(db);
+        let plan = state
+            .statement_to_plan(DfStatement::Statement(Box::new(stmt.clone())))
+            .await?;
+        Ok((state, plan))
+    }
+
+    /// Runs one statement against database `db`.
+    pub async fn execute(&self, db: &str, stmt: &Statement) -> Result<Output> {
+        if handling(stmt) == Handling::Sealion {
+            return self.execute_catalog(db, stmt).await;
+        }
+        let (state, plan) = self.plan(db, stmt).await?;
+        let ctx = SessionContext::new_with_state(state);
+        let df = ctx.execute_logical_plan(plan).await?;
+        if matches!(stmt, Statement::Insert(_)) {
+            let batches = df.collect().await?;
+            let rows = batches
+                .first()
+                .and_then(|b| b.column_by_name("count"))
+                .and_then(|c| c.as_any().downcast_ref::<arrow::array::UInt64Array>())
+                .map_or(0, |a| a.value(0));
+            return Ok(Output::Affected {
+                tag: "INSERT".into(),
+                rows,
+            });
+        }
+        Ok(Output::Rows(df))
+    }
+
+    fn rows(&self, fields: Vec<(&str, Vec<String>)>) -> Result<Output> {
+        let schema = Arc::new(Schema::new(
+            fields.iter().map(|(n, _)| Field::new(*n, ArrowType::Utf8, false)).collect::<Vec<_>>(),
+        ));
+        let arrays: Vec<ArrayRef> = fields
+            .into_iter()
+            .map(|(_, v)| Arc::new(StringArray::from(v)) as ArrayRef)
+            .collect();
+        let batch = RecordBatch::try_new(schema, arrays)?;
+        Ok(Output::Rows(self.ctx.read_batch(batch)?))
+    }
+
+    async fn execute_catalog(&self, db: &str, stmt: &Statement) -> Result<Output> {
+        let meta = &self.shared.meta;
+        match stmt {
+            Statement::CreateTable(_) => {
+                let (table, if_not_exists) = table_from_create(stmt, db)?;
+                meta.propose(Cmd::CreateTable(CreateTable {
+                    table: Some(table),
+                    if_not_exists,
+                }))
+                .await
+                .map_err(|e| match e {
+                    sealion_common::Error::Rejected { kind, message } if kind == "not_found" => {
+                        Error::DatabaseNotFound(message)
+                    }
+                    other => other.into(),
+                })?;
+                Ok(Output::Affected {
+                    tag: "CREATE TABLE".into(),
+                    rows: 0,
+                })
+            }
+            Statement::CreateSchema {
+                schema_name,
+                if_not_exists,
+                ..
+            } => {
+                let name = schema_name.to_string().trim_matches('"').to_string();
+                meta.propose(Cmd::CreateDatabase(CreateDatabase {
+                    name,
+                    if_not_exists: *if_not_exists,
+                }))
+                .await?;
+                Ok(Output::Affected {
+                    tag: "CREATE SCHEMA".into(),
+                    rows: 0,
+                })
+            }
+            Statement::CreateDatabase {
+                db_name, if_not_exists, ..
+            } => {
+                let (_, name) = split_name(db_name, db)?;
+                meta.propose(Cmd::CreateDatabase(CreateDatabase {
+                    name,
+                    if_not_exists: *if_not_exists,
+                }))
+                .await?;
+                Ok(Output::Affected {
+                    tag: "CREATE DATABASE".into(),
+                    rows: 0,
+                })
+            }
+            Statement::Drop {
+                object_type,
+                if_exists,
+                names,
+                ..
+            } => {
+                for name in names {
+                    match object_type {
+                        ObjectType::Table => self.drop_table(db, name, *if_exists).await?,
+                        _ => {
+                            let (_, dbname) = split_name(name, db)?;
+                            let doomed = self.partitions_of(|t| t.database == dbname);
+                            meta.propose(Cmd::DropDatabase(DropDatabase {
+                                name: dbname,
+                                if_exists: *if_exists,
+                            }))
+                            .await?;
+                            self.drop_on_storage(doomed).await;
+                        }
+                    }
+                }
+                Ok(Output::Affected {
+                    tag: format!("DROP {}", object_type.to_string().to_uppercase()),
+                    rows: 0,
+                })
+            }
+            Statement::ShowTables { .. } => {
+                let state = meta.state();
+                let mut names: Vec<String> = state
+                    .tables
+                    .iter()
+                    .filter(|t| t.database == db)
+                    .map(|t| t.name.clone())
+                    .collect();
+                names.sort();
+                self.rows(vec![("table_name", names)])
+            }
+            Statement::ShowDatabases { .. } | Statement::ShowSchemas { .. } => {
+                let state = meta.state();
+                let mut names: Vec<String> = state.databases.iter().map(|d| d.name.clone()).collect();
+                names.sort();
+                self.rows(vec![("database", names)])
+            }
+            Statement::ShowColumns { .. } => {
+                // `SHOW [FULL] COLUMNS FROM t [FROM db]`, read from the text so
+                // it does not depend on the parser's structure for it.
+                let text = stmt.to_string();
+                let words: Vec<&str> = text.split_whitespace().collect();
+                let from: Vec<usize> = words
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, w)| w.eq_ignore_ascii_case("FROM") || w.eq_ignore_ascii_case("IN"))
+                    .map(|(i, _)| i)
+                    .collect();
+                let name_at = from.first().map(|i| i + 1);
+                let table_text = name_at.and_then(|i| words.get(i)).ok_or_else(|| {
+                    Error::Syntax("SHOW COLUMNS needs FROM <table>".into())
+                })?;
+                let name = Parser::new(&PostgreSqlDialect {})
+                    .try_with_sql(table_text)
+                    .and_then(|mut p| p.parse_object_name(false))
+                    .map_err(|e| Error::Syntax(e.to_string()))?;
+                let (mut dbname, tname) = split_name(&name, db)?;
+                if let Some(i) = from.get(1).and_then(|i| words.get(i + 1)) {
+                    dbname = i.trim_matches('"').to_string();
+                }
+                let state = meta.state();
+                let table = find_table(&state, &dbname, &tname)
+                    .ok_or_else(|| Error::TableNotFound(format!("{dbname}.{tname}")))?;
+                self.rows(vec![
+                    ("column_name", table.columns.iter().map(|c| c.name.clone()).collect()),
+                    (
+                        "data_type",
+                        table.columns.iter().map(|c| type_name(c.data_type()).to_string()).collect(),
+                    ),
+                    (
+                        "kind",
+                        table.columns.iter().map(|c| kind_name(c.kind()).to_string()).collect(),
+                    ),
+                ])
+            }
+            other => Err(Error::NotSupported(format!("{other}"))),
+        }
+    }
+
+    fn partitions_of(&self, pred: impl Fn(&Table) -> bool) -> Vec<(u64, Vec<u64>)> {
+        let state = self.shared.meta.state();
+        let ids: Vec<u64> = state.tables.iter().filter(|t| pred(t)).map(|t| t.id).collect();
+        state
+            .partitions
+            .iter()
+            .filter(|p| ids.contains(&p.table_id))
+            .map(|p| (p.id, p.replicas.clone()))
+            .collect()
+    }
+
+    async fn drop_table(&self, db: &str, name: &ObjectName, if_exists: bool) -> Result<()> {
+        let (dbname, tname) = split_name(name, db)?;
+        let doomed = self.partitions_of(|t| t.database == dbname && t.name == tname);
+        self.shared
+            .meta
+            .propose(Cmd::DropTable(DropTable {
+                database: dbname.clone(),
+                table: tname.clone(),
+                if_exists,
+            }))
+            .await
+            .map_err(|e| {
+                if e.is_not_found() {
+                    Error::TableNotFound(format!("{dbname}.{tname}"))
+                } else {
+                    e.into()
+                }
+            })?;
+        self.drop_on_storage(doomed).await;
+        Ok(())
+    }
+
+    /// Deletes the rows of dropped partitions from the nodes that hold them.
+    /// Best effort: meta no longer maps them, so they can never be read; a
+    /// node that misses this keeps dead rows until the retention issue's
+    /// sweeper removes unmapped partitions.
+    async fn drop_on_storage(&self, partitions: Vec<(u64, Vec<u64>)>) {
+        let state = self.shared.meta.state();
+        let mut by_node: std::collections::HashMap<u64, Vec<u64>> = Default::default();
+        for (pid, replicas) in partitions {
+            for n in replicas {
+                by_node.entry(n).or_default().push(pid);
+            }
+        }
+        for (node_id, ids) in by_node {
+            let Some(addr) = sealion_common::catalog::node(&state, node_id).map(|n| n.addr.clone()) else {
+                continue;
+            };
+            if let Ok(mut client) = self.shared.storage.storage(&addr) {
+                if let Err(status) = client.drop_partitions(DropPartitionsRequest { partition_ids: ids }).await {
+                    tracing::warn!(node_id, %status, "could not drop partitions on storage node");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(sql: &str) -> Result<Table> {
+        let stmt = parse(sql)?.remove(0);
+        table_from_create(&stmt, "public").map(|(t, _)| t)
+    }
+
+    #[test]
+    fn create_table_marks_time_tags_and_fields() {
+        let t = create(
+            "CREATE TABLE cpu (host TEXT, region TEXT, usage DOUBLE, n BIGINT, ok BOOLEAN, \
+             time TIMESTAMP NOT NULL, PRIMARY KEY (host, region, time)) WITH (partition_interval = '1h')",
+        )
+        .unwrap();
+        assert_eq!(t.name, "cpu");
+        assert_eq!(t.columns[0].name, "time");
+        assert_eq!(t.columns[0].kind(), ColumnKind::Time);
+        let kind = |n: &str| t.columns.iter().find(|c| c.name == n).unwrap().kind();
+        assert_eq!(kind("host"), ColumnKind::Tag);
+        assert_eq!(kind("region"), ColumnKind::Tag);
+        assert_eq!(kind("usage"), ColumnKind::Field);
+        assert_eq!(t.partition_interval_ns, 3_600_000_000_000);
+    }
+
+    #[test]
+    fn create_table_errors_name_the_problem() {
+        let e = create("CREATE TABLE t (a TEXT)").unwrap_err().to_string();
+        assert!(e.contains("TIMESTAMP"), "{e}");
+        let e = create("CREATE TABLE t (time TIMESTAMP, n BIGINT, PRIMARY KEY (n, time))")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tag column n must be TEXT"), "{e}");
+        let e = create("CREATE TABLE t (time TIMESTAMP, x INTERVAL)").unwrap_err().to_string();
+        assert!(e.contains("INTERVAL"), "{e}");
+        let e = create("CREATE TABLE t (time TIMESTAMP) WITH (colour = 'red')").unwrap_err().to_string();
+        assert!(e.contains("unknown table option colour"), "{e}");
+        let e = create("CREATE TABLE t (time TIMESTAMP, PRIMARY KEY (nope, time))").unwrap_err();
+        assert!(matches!(e, Error::ColumnNotFound(_)), "{e}");
+    }
+}

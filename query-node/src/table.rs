@@ -1,0 +1,403 @@
+//! A Sealion table as DataFusion sees it.
+//!
+//! `scan` works out which partitions can hold rows of the query's time range
+//! (from the filters DataFusion hands it), groups them by the storage node
+//! that holds them and streams each node's rows over Arrow Flight, one
+//! DataFusion partition per node, so nodes are read in parallel.
+//! `insert_into` sends rows through the write router.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::Ticket;
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::ScalarValue;
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use futures::{StreamExt, TryStreamExt};
+use prost::Message;
+use sealion_common::catalog::{arrow_schema, partitions_overlapping, time_column};
+use sealion_common::proto::{Column, ScanRequest, Table};
+
+use crate::router::{StorageClients, WriteRouter};
+
+/// A table's time range of interest, `[start_ns, end_ns)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeRange {
+    pub start_ns: i64,
+    pub end_ns: i64,
+}
+
+impl TimeRange {
+    pub const ALL: TimeRange = TimeRange {
+        start_ns: i64::MIN,
+        end_ns: i64::MAX,
+    };
+
+    fn intersect(self, other: TimeRange) -> TimeRange {
+        TimeRange {
+            start_ns: self.start_ns.max(other.start_ns),
+            end_ns: self.end_ns.min(other.end_ns),
+        }
+    }
+}
+
+/// Nanoseconds of a timestamp literal, if `v` is one.
+fn timestamp_ns(v: &ScalarValue) -> Option<i64> {
+    match v {
+        ScalarValue::TimestampNanosecond(Some(x), _) => Some(*x),
+        ScalarValue::TimestampMicrosecond(Some(x), _) => x.checked_mul(1_000),
+        ScalarValue::TimestampMillisecond(Some(x), _) => x.checked_mul(1_000_000),
+        ScalarValue::TimestampSecond(Some(x), _) => x.checked_mul(1_000_000_000),
+        _ => None,
+    }
+}
+
+fn is_time_column(e: &Expr, time: &str) -> bool {
+    matches!(e, Expr::Column(c) if c.name == time)
+}
+
+fn literal_ns(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Literal(v, _) => timestamp_ns(v),
+        _ => None,
+    }
+}
+
+/// The range of `time` that a conjunction of `filters` allows. Filters that
+/// do not bound time (or that this function does not understand) leave the
+/// range as it is: the answer is a superset, never a subset, of the rows
+/// the filters accept.
+pub fn time_range_of(filters: &[Expr], time: &str) -> TimeRange {
+    let mut range = TimeRange::ALL;
+    for f in filters {
+        range = range.intersect(bound_of(f, time));
+    }
+    range
+}
+
+fn bound_of(e: &Expr, time: &str) -> TimeRange {
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            if *op == Operator::And {
+                return bound_of(left, time).intersect(bound_of(right, time));
+            }
+            if *op == Operator::Or {
+                let (a, b) = (bound_of(left, time), bound_of(right, time));
+                return TimeRange {
+                    start_ns: a.start_ns.min(b.start_ns),
+                    end_ns: a.end_ns.max(b.end_ns),
+                };
+            }
+            let (op, v) = if is_time_column(left, time) {
+                match literal_ns(right) {
+                    Some(v) => (*op, v),
+                    None => return TimeRange::ALL,
+                }
+            } else if is_time_column(right, time) {
+                match (literal_ns(left), op.swap()) {
+                    (Some(v), Some(op)) => (op, v),
+                    _ => return TimeRange::ALL,
+                }
+            } else {
+                return TimeRange::ALL;
+            };
+            match op {
+                Operator::Eq => TimeRange {
+                    start_ns: v,
+                    end_ns: v.saturating_add(1),
+                },
+                Operator::Gt => TimeRange {
+                    start_ns: v.saturating_add(1),
+                    end_ns: i64::MAX,
+                },
+                Operator::GtEq => TimeRange {
+                    start_ns: v,
+                    end_ns: i64::MAX,
+                },
+                Operator::Lt => TimeRange {
+                    start_ns: i64::MIN,
+                    end_ns: v,
+                },
+                Operator::LtEq => TimeRange {
+                    start_ns: i64::MIN,
+                    end_ns: v.saturating_add(1),
+                },
+                _ => TimeRange::ALL,
+            }
+        }
+        Expr::Between(b) if !b.negated && is_time_column(&b.expr, time) => {
+            match (literal_ns(&b.low), literal_ns(&b.high)) {
+                (Some(lo), Some(hi)) => TimeRange {
+                    start_ns: lo,
+                    end_ns: hi.saturating_add(1),
+                },
+                _ => TimeRange::ALL,
+            }
+        }
+        _ => TimeRange::ALL,
+    }
+}
+
+pub struct SealionTable {
+    pub table: Table,
+    pub schema: SchemaRef,
+    pub meta: Arc<sealion_common::meta_client::MetaClient>,
+    pub storage: Arc<StorageClients>,
+    pub router: Arc<WriteRouter>,
+}
+
+impl fmt::Debug for SealionTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SealionTable({}.{})", self.table.database, self.table.name)
+    }
+}
+
+impl SealionTable {
+    pub fn new(
+        table: Table,
+        meta: Arc<sealion_common::meta_client::MetaClient>,
+        storage: Arc<StorageClients>,
+        router: Arc<WriteRouter>,
+    ) -> Self {
+        let schema = arrow_schema(&table.columns);
+        SealionTable {
+            table,
+            schema,
+            meta,
+            storage,
+            router,
+        }
+    }
+}
+
+#[async_trait]
+impl TableProvider for SealionTable {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    /// Every filter is used only to prune partitions and narrow the time
+    /// range a node scans, so DataFusion still applies each one: `Inexact`.
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let columns: Vec<Column> = match projection {
+            Some(p) => p.iter().map(|&i| self.table.columns[i].clone()).collect(),
+            None => self.table.columns.clone(),
+        };
+        let schema = arrow_schema(&columns);
+        let time = time_column(&self.table).map(|c| c.name.clone()).unwrap_or_default();
+        let range = time_range_of(filters, &time);
+        if range.start_ns >= range.end_ns {
+            return Ok(Arc::new(EmptyExec::new(schema)));
+        }
+        let state = self.meta.state();
+        let parts = partitions_overlapping(&state, self.table.id, range.start_ns, range.end_ns);
+        // One stream per storage node, each covering that node's partitions.
+        let mut by_node: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+        for p in parts {
+            let Some(&primary) = p.replicas.first() else { continue };
+            by_node.entry(primary).or_default().push(p.id);
+        }
+        if by_node.is_empty() {
+            return Ok(Arc::new(EmptyExec::new(schema)));
+        }
+        let mut streams: Vec<Arc<dyn PartitionStream>> = Vec::with_capacity(by_node.len());
+        for (node_id, partition_ids) in by_node {
+            let addr = sealion_common::catalog::node(&state, node_id)
+                .map(|n| n.addr.clone())
+                .ok_or_else(|| {
+                    DataFusionError::Execution(format!("storage node {node_id} is not in the cluster state"))
+                })?;
+            let ticket = ScanRequest {
+                table_id: self.table.id,
+                partition_ids,
+                start_ns: range.start_ns,
+                end_ns: range.end_ns,
+                projection: columns.clone(),
+                table_columns: self.table.columns.clone(),
+                limit: limit.map_or(0, |l| l as u64),
+            };
+            streams.push(Arc::new(NodeScan {
+                schema: schema.clone(),
+                node_id,
+                addr,
+                ticket,
+                storage: self.storage.clone(),
+            }));
+        }
+        let exec = StreamingTableExec::try_new(schema, streams, None, Vec::new(), false, limit)?;
+        Ok(Arc::new(exec))
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(DataFusionError::NotImplemented(format!(
+                "{insert_op} into a Sealion table; rows are appended (a row with the same series and time replaces the old one)"
+            )));
+        }
+        let sink = TableSink {
+            table: self.table.clone(),
+            schema: self.schema.clone(),
+            router: self.router.clone(),
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+}
+
+/// One storage node's share of a scan.
+struct NodeScan {
+    schema: SchemaRef,
+    node_id: u64,
+    addr: String,
+    ticket: ScanRequest,
+    storage: Arc<StorageClients>,
+}
+
+impl fmt::Debug for NodeScan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "NodeScan(node={} addr={} partitions={:?})",
+            self.node_id, self.addr, self.ticket.partition_ids
+        )
+    }
+}
+
+impl PartitionStream for NodeScan {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let client = self.storage.flight(&self.addr);
+        let ticket = Ticket {
+            ticket: self.ticket.encode_to_vec().into(),
+        };
+        let addr = self.addr.clone();
+        let node_id = self.node_id;
+        let stream = futures::stream::once(async move {
+            let mut client = client.map_err(|e| DataFusionError::External(Box::new(e)))?;
+            let response = client.do_get(ticket).await.map_err(|status| {
+                DataFusionError::External(Box::new(crate::Error::Unavailable(format!(
+                    "storage node {node_id} at {addr}: {}",
+                    status.message()
+                ))))
+            })?;
+            let flight = response.into_inner().map_err(FlightError::Tonic);
+            let batches = FlightRecordBatchStream::new_from_flight_data(flight)
+                .map_err(|e| DataFusionError::External(Box::new(e)));
+            Ok::<_, DataFusionError>(batches)
+        })
+        .try_flatten();
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream.boxed()))
+    }
+}
+
+/// Where `INSERT` rows go: the write router.
+struct TableSink {
+    table: Table,
+    schema: SchemaRef,
+    router: Arc<WriteRouter>,
+}
+
+impl fmt::Debug for TableSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TableSink({}.{})", self.table.database, self.table.name)
+    }
+}
+
+impl DisplayAs for TableSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SealionSink: table={}.{}", self.table.database, self.table.name)
+    }
+}
+
+#[async_trait]
+impl DataSink for TableSink {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(&self, mut data: SendableRecordBatchStream, _context: &Arc<TaskContext>) -> DfResult<u64> {
+        let mut rows = 0u64;
+        while let Some(batch) = data.next().await {
+            let batch = batch?;
+            rows += self
+                .router
+                .write(&self.table, batch)
+                .await
+                .map_err(|e| e.into_datafusion())?;
+        }
+        Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::{col, lit};
+
+    fn ts(v: i64) -> Expr {
+        lit(ScalarValue::TimestampNanosecond(Some(v), Some("UTC".into())))
+    }
+
+    #[test]
+    fn time_bounds_come_from_comparisons_between_and_or() {
+        let f = vec![col("time").gt_eq(ts(10)), col("time").lt(ts(20))];
+        assert_eq!(time_range_of(&f, "time"), TimeRange { start_ns: 10, end_ns: 20 });
+        let f = vec![ts(10).lt(col("time"))];
+        assert_eq!(time_range_of(&f, "time"), TimeRange { start_ns: 11, end_ns: i64::MAX });
+        let f = vec![col("time").between(ts(5), ts(7))];
+        assert_eq!(time_range_of(&f, "time"), TimeRange { start_ns: 5, end_ns: 8 });
+        let f = vec![col("time").eq(ts(3)).or(col("time").eq(ts(9)))];
+        assert_eq!(time_range_of(&f, "time"), TimeRange { start_ns: 3, end_ns: 10 });
+    }
+
+    #[test]
+    fn filters_that_do_not_bound_time_keep_every_partition() {
+        let f = vec![col("host").eq(lit("a")), col("time").not_eq(ts(3))];
+        assert_eq!(time_range_of(&f, "time"), TimeRange::ALL);
+        let f = vec![col("time").gt(ts(3)).or(col("host").eq(lit("a")))];
+        assert_eq!(time_range_of(&f, "time"), TimeRange::ALL);
+    }
+}

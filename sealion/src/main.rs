@@ -1,0 +1,250 @@
+//! The `sealion` binary: one subcommand per role, all roles in one process
+//! (`standalone`), and a launcher for a local multi-process cluster.
+//!
+//! Every flag can also be set by a `SEALION_*` environment variable or in a
+//! TOML file given with `--config` (keys are the long flag names). A flag
+//! beats the environment, which beats the file.
+
+mod cluster;
+mod config;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "sealion", version, about = "Sealion: a distributed time-series database")]
+struct Cli {
+    /// TOML file with settings (keys are long flag names, e.g. `data-dir = "/var/lib/sealion"`).
+    #[arg(long, global = true, env = "SEALION_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Meta, storage and query roles in one process over one data directory.
+    Standalone(StandaloneArgs),
+    /// A meta replica (Raft over RocksDB): catalog, membership, partition map.
+    Meta(MetaArgs),
+    /// A storage node: holds partition replicas, serves writes and scans.
+    Storage(StorageArgs),
+    /// A query node: PostgreSQL wire protocol and HTTP; stateless.
+    Query(QueryArgs),
+    /// Starts a local cluster of separate processes on loopback and stops it on Ctrl-C.
+    Cluster(cluster::ClusterArgs),
+}
+
+#[derive(Args, Debug)]
+struct StandaloneArgs {
+    /// Directory for all data (meta's Raft log and state, storage's rows).
+    #[arg(long, env = "SEALION_DATA_DIR", default_value = "./sealion-data")]
+    data_dir: PathBuf,
+    /// HTTP API address (line protocol writes, SQL, /health, /metrics).
+    #[arg(long, env = "SEALION_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    http_addr: SocketAddr,
+    /// PostgreSQL wire protocol address.
+    #[arg(long, env = "SEALION_PG_ADDR", default_value = "127.0.0.1:5433")]
+    pg_addr: SocketAddr,
+    /// Internal gRPC address of the meta role (port 0 picks a free port).
+    #[arg(long, env = "SEALION_META_ADDR", default_value = "127.0.0.1:0")]
+    meta_addr: SocketAddr,
+    /// Internal gRPC and Flight address of the storage role (port 0 picks a free port).
+    #[arg(long, env = "SEALION_STORAGE_ADDR", default_value = "127.0.0.1:0")]
+    storage_addr: SocketAddr,
+    /// Most PostgreSQL connections served at once.
+    #[arg(long, env = "SEALION_PG_MAX_CONNECTIONS", default_value_t = 256)]
+    pg_max_connections: usize,
+}
+
+#[derive(Args, Debug)]
+struct MetaArgs {
+    /// This replica's id (1, 2, 3, ...), unique in the meta cluster.
+    #[arg(long, env = "SEALION_NODE_ID")]
+    node_id: u64,
+    /// gRPC listen address.
+    #[arg(long, env = "SEALION_LISTEN_ADDR", default_value = "127.0.0.1:7001")]
+    listen_addr: SocketAddr,
+    /// Address other processes use to reach this replica (default: the listen address).
+    #[arg(long, env = "SEALION_ADVERTISE_ADDR")]
+    advertise_addr: Option<String>,
+    /// Directory of the Raft log and state machine.
+    #[arg(long, env = "SEALION_DATA_DIR", default_value = "./sealion-data/meta")]
+    data_dir: PathBuf,
+    /// Start a new meta cluster with this replica as its first voter (ignored once initialized).
+    #[arg(long, env = "SEALION_BOOTSTRAP")]
+    bootstrap: bool,
+    /// Addresses of existing meta replicas to join, comma-separated.
+    #[arg(long, env = "SEALION_JOIN", value_delimiter = ',')]
+    join: Vec<String>,
+    /// A storage node is marked down after this long without a heartbeat.
+    #[arg(long, env = "SEALION_NODE_TIMEOUT_MS", default_value_t = 5_000)]
+    node_timeout_ms: u64,
+    /// Replicas per new partition (capped at the number of storage nodes).
+    #[arg(long, env = "SEALION_REPLICATION_FACTOR", default_value_t = 1)]
+    replication_factor: usize,
+}
+
+#[derive(Args, Debug)]
+struct StorageArgs {
+    /// gRPC and Arrow Flight listen address.
+    #[arg(long, env = "SEALION_LISTEN_ADDR", default_value = "127.0.0.1:7101")]
+    listen_addr: SocketAddr,
+    /// Address other processes use to reach this node (default: the listen address).
+    #[arg(long, env = "SEALION_ADVERTISE_ADDR")]
+    advertise_addr: Option<String>,
+    /// Directory of this node's partitions.
+    #[arg(long, env = "SEALION_DATA_DIR", default_value = "./sealion-data/storage")]
+    data_dir: PathBuf,
+    /// Meta replica addresses, comma-separated.
+    #[arg(long, env = "SEALION_META", value_delimiter = ',', required = true)]
+    meta: Vec<String>,
+    /// Interval between heartbeats to meta.
+    #[arg(long, env = "SEALION_HEARTBEAT_INTERVAL_MS", default_value_t = 1_000)]
+    heartbeat_interval_ms: u64,
+}
+
+#[derive(Args, Debug)]
+struct QueryArgs {
+    /// HTTP API address.
+    #[arg(long, env = "SEALION_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    http_addr: SocketAddr,
+    /// PostgreSQL wire protocol address.
+    #[arg(long, env = "SEALION_PG_ADDR", default_value = "127.0.0.1:5433")]
+    pg_addr: SocketAddr,
+    /// Meta replica addresses, comma-separated.
+    #[arg(long, env = "SEALION_META", value_delimiter = ',', required = true)]
+    meta: Vec<String>,
+    /// Most PostgreSQL connections served at once.
+    #[arg(long, env = "SEALION_PG_MAX_CONNECTIONS", default_value_t = 256)]
+    pg_max_connections: usize,
+}
+
+fn main() -> anyhow::Result<()> {
+    config::load_config_file_into_env()?;
+    let cli = Cli::parse();
+    sealion_common::telemetry::init_logging("info");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sealion")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run(cli.command))
+}
+
+/// Resolves when SIGINT or SIGTERM arrives.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Standalone(a) => standalone(a).await,
+        Command::Meta(a) => {
+            let server = sealion_meta::MetaServer::start(sealion_meta::MetaConfig {
+                node_id: a.node_id,
+                listen_addr: a.listen_addr,
+                advertise_addr: a.advertise_addr,
+                data_dir: a.data_dir,
+                bootstrap: a.bootstrap,
+                join: a.join,
+                node_timeout_ms: a.node_timeout_ms,
+                replication_factor: a.replication_factor,
+            })
+            .await
+            .context("starting meta")?;
+            println!("meta {} listening on {}", a.node_id, server.local_addr());
+            shutdown_signal().await;
+            server.shutdown().await.context("stopping meta")?;
+            Ok(())
+        }
+        Command::Storage(a) => {
+            let server = sealion_storage::StorageServer::start(sealion_storage::StorageConfig {
+                listen_addr: a.listen_addr,
+                advertise_addr: a.advertise_addr,
+                data_dir: a.data_dir,
+                meta_addrs: a.meta,
+                heartbeat_interval_ms: a.heartbeat_interval_ms,
+            })
+            .await
+            .context("starting storage node")?;
+            println!("storage node {} listening on {}", server.node_id(), server.local_addr());
+            shutdown_signal().await;
+            server.shutdown().await.context("stopping storage node")?;
+            Ok(())
+        }
+        Command::Query(a) => {
+            let server = sealion_query::QueryServer::start(sealion_query::QueryConfig {
+                http_addr: a.http_addr,
+                pg_addr: a.pg_addr,
+                meta_addrs: a.meta,
+                pg_max_connections: a.pg_max_connections,
+            })
+            .await
+            .context("starting query node")?;
+            println!("query node: http {} postgres {}", server.http_addr(), server.pg_addr());
+            shutdown_signal().await;
+            server.shutdown().await;
+            Ok(())
+        }
+        Command::Cluster(a) => cluster::run(a).await,
+    }
+}
+
+async fn standalone(a: StandaloneArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&a.data_dir)
+        .with_context(|| format!("creating data directory {}", a.data_dir.display()))?;
+    let meta = sealion_meta::MetaServer::start(sealion_meta::MetaConfig {
+        node_id: 1,
+        listen_addr: a.meta_addr,
+        advertise_addr: None,
+        data_dir: a.data_dir.join("meta"),
+        bootstrap: true,
+        join: vec![],
+        node_timeout_ms: 5_000,
+        replication_factor: 1,
+    })
+    .await
+    .context("starting meta")?;
+    let meta_addr = meta.local_addr().to_string();
+    let storage = sealion_storage::StorageServer::start(sealion_storage::StorageConfig {
+        listen_addr: a.storage_addr,
+        advertise_addr: None,
+        data_dir: a.data_dir.join("storage"),
+        meta_addrs: vec![meta_addr.clone()],
+        heartbeat_interval_ms: 1_000,
+    })
+    .await
+    .context("starting storage")?;
+    let query = sealion_query::QueryServer::start(sealion_query::QueryConfig {
+        http_addr: a.http_addr,
+        pg_addr: a.pg_addr,
+        meta_addrs: vec![meta_addr],
+        pg_max_connections: a.pg_max_connections,
+    })
+    .await
+    .context("starting query node")?;
+    println!(
+        "sealion standalone: http http://{} postgres postgresql://{}/public data {}",
+        query.http_addr(),
+        query.pg_addr(),
+        a.data_dir.display()
+    );
+    shutdown_signal().await;
+    // Front first, so no new work arrives while the back ends stop.
+    query.shutdown().await;
+    storage.shutdown().await.context("stopping storage")?;
+    meta.shutdown().await.context("stopping meta")?;
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! A real cluster: 3 meta replicas, 2 storage nodes and 1 query node as
+//! separate processes on loopback. Rows go in by line protocol and by
+//! `INSERT` over pgwire; answers are checked against a model after killing
+//! and restarting a storage node and a meta follower, and after killing the
+//! meta leader.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use sealion_proto::MetaClusterRequest;
+use sealion_proto::meta_client::MetaClient;
+
+async fn leader_of(meta_addrs: &[String]) -> Option<u64> {
+    for a in meta_addrs {
+        if let Ok(mut c) = MetaClient::connect(format!("http://{a}")).await {
+            if let Ok(r) = c.cluster_info(MetaClusterRequest {}).await {
+                let r = r.into_inner();
+                if r.leader_id != 0 {
+                    return Some(r.leader_id);
+                }
+            }
+        }
+    }
+    None
+}
+
+async fn wait_healthy(http: &Http, procs: &[&Proc]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !http.healthy().await {
+        if std::time::Instant::now() > deadline {
+            for p in procs {
+                eprintln!("--- {} ---\n{}", p.name, p.log_text());
+            }
+            panic!("cluster did not become healthy");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_keeps_answering_through_node_and_meta_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path();
+    let meta_addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let meta_list = meta_addrs.join(",");
+    let mut metas: Vec<Proc> = Vec::new();
+    for i in 0..3 {
+        let mut args: Vec<String> = vec![
+            "meta".into(),
+            "--node-id".into(),
+            (i + 1).to_string(),
+            "--listen-addr".into(),
+            meta_addrs[i].clone(),
+            "--data-dir".into(),
+            dir.path().join(format!("meta-{}", i + 1)).display().to_string(),
+            "--node-timeout-ms".into(),
+            "3000".into(),
+        ];
+        if i == 0 {
+            args.push("--bootstrap".into());
+        } else {
+            args.push("--join".into());
+            args.push(meta_addrs[0].clone());
+        }
+        metas.push(Proc::start(&format!("meta-{}", i + 1), &args, logs));
+    }
+    let mut storages: Vec<Proc> = Vec::new();
+    for i in 0..2 {
+        let args: Vec<String> = vec![
+            "storage".into(),
+            "--listen-addr".into(),
+            format!("127.0.0.1:{}", free_port()),
+            "--data-dir".into(),
+            dir.path().join(format!("storage-{}", i + 1)).display().to_string(),
+            "--meta".into(),
+            meta_list.clone(),
+            "--heartbeat-interval-ms".into(),
+            "300".into(),
+        ];
+        storages.push(Proc::start(&format!("storage-{}", i + 1), &args, logs));
+    }
+    let http_addr = format!("127.0.0.1:{}", free_port());
+    let pg_addr = format!("127.0.0.1:{}", free_port());
+    let query = Proc::start(
+        "query",
+        &[
+            "query".into(),
+            "--http-addr".into(),
+            http_addr.clone(),
+            "--pg-addr".into(),
+            pg_addr.clone(),
+            "--meta".into(),
+            meta_list.clone(),
+        ],
+        logs,
+    );
+    let http = Http::new(&http_addr);
+    wait_healthy(&http, &[&metas[0], &metas[1], &metas[2], &storages[0], &storages[1], &query]).await;
+    // Both storage nodes registered.
+    eventually("two storage nodes up", Duration::from_secs(60), || async {
+        let (s, b) = http.sql("public", "SELECT count(*) FROM system.nodes WHERE state = 'up'").await;
+        (s == 200 && b["rows"][0][0] == 2).then_some(())
+    })
+    .await;
+
+    // Create by SQL, write by line protocol and by INSERT over pgwire.
+    let pg = pg_connect(&pg_addr, "public").await;
+    pg.simple_query(
+        "CREATE TABLE cpu (host TEXT, region TEXT, usage DOUBLE, n BIGINT, time TIMESTAMP NOT NULL, \
+         PRIMARY KEY (host, region, time))",
+    )
+    .await
+    .unwrap();
+    let data = Dataset { hosts: 6, days: 4, step_s: 1_800 };
+    let batches = data.batches(500);
+    let (last, first) = batches.split_last().unwrap();
+    for b in first {
+        let (status, body) = http.write("public", b.clone()).await;
+        assert_eq!(status, 204, "{body}");
+    }
+    // The last batch goes in as INSERT statements over pgwire.
+    let rows = data.rows();
+    let tail = &rows[rows.len() - last.lines().count()..];
+    for chunk in tail.chunks(50) {
+        let values: Vec<String> = chunk
+            .iter()
+            .map(|(h, t, v)| format!("('host_{h}', 'r{}', {v}.0, {v}, to_timestamp({t}))", h % 3))
+            .collect();
+        let n = pg
+            .execute(&format!("INSERT INTO cpu (host, region, usage, n, time) VALUES {}", values.join(",")), &[])
+            .await
+            .unwrap();
+        assert_eq!(n as usize, chunk.len());
+    }
+    check_per_host(&http, &pg_addr, &data).await;
+    // Partitions are spread over both nodes.
+    let nodes = http.rows("public", "SELECT count(DISTINCT node_id) FROM system.partitions").await;
+    assert_eq!(nodes[0][0], 2, "partitions on both storage nodes");
+
+    // Kill a storage node: writes to its partitions fail loudly, never silently.
+    let victim_id = {
+        let r = http.rows("public", "SELECT node_id FROM system.partitions WHERE start = '2024-01-01T00:00:00Z'").await;
+        r[0][0].as_u64().unwrap()
+    };
+    // Storage processes register in start order, but ids come from meta; find the process by address.
+    let victim_addr = http
+        .rows("public", &format!("SELECT addr FROM system.nodes WHERE node_id = {victim_id}"))
+        .await[0][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let vi = storages.iter().position(|p| p.args.contains(&victim_addr)).unwrap();
+    storages[vi].kill();
+    let (status, body) = http
+        .write("public", format!("cpu,host=host_0,region=r0 usage=1.0,n=1i {}\n", DAY0_S * 1_000_000_000))
+        .await;
+    assert_eq!(status, 503, "write to a dead node's partition: {body}");
+    storages[vi].restart();
+    eventually("storage node back", Duration::from_secs(60), || async {
+        let (s, b) = http.sql("public", PER_HOST_SQL).await;
+        (s == 200 && b["rows"].as_array().map_or(0, |r| r.len()) == data.hosts).then_some(())
+    })
+    .await;
+    // The failed write was not applied anywhere; the data is exactly the model.
+    check_per_host(&http, &pg_addr, &data).await;
+
+    // Kill a meta follower, keep working, bring it back.
+    let leader = eventually("a meta leader", Duration::from_secs(30), || leader_of(&meta_addrs)).await;
+    let follower = (0..3).find(|&i| i as u64 + 1 != leader).unwrap();
+    metas[follower].kill();
+    let (status, body) = http.write("public", "extra,host=a v=1.0 1\n".into()).await;
+    assert_eq!(status, 204, "{body}");
+    metas[follower].restart();
+    check_per_host(&http, &pg_addr, &data).await;
+
+    // Kill the meta leader: a new one is elected and the cluster keeps serving.
+    let leader = eventually("a meta leader", Duration::from_secs(30), || leader_of(&meta_addrs)).await;
+    metas[leader as usize - 1].kill();
+    let others: Vec<String> = meta_addrs.iter().enumerate().filter(|(i, _)| *i as u64 + 1 != leader).map(|(_, a)| a.clone()).collect();
+    let new_leader = eventually("a new meta leader", Duration::from_secs(60), || async {
+        leader_of(&others).await.filter(|l| *l != leader)
+    })
+    .await;
+    assert_ne!(new_leader, leader);
+    let (status, body) = http.write("public", "extra2,host=b v=2.0 2\n".into()).await;
+    assert_eq!(status, 204, "a write that creates a table after the leader died: {body}");
+    check_per_host(&http, &pg_addr, &data).await;
+    assert_eq!(http.rows("public", "SELECT v FROM extra2").await, vec![vec![serde_json::json!(2.0)]]);
+    drop(query);
+}

@@ -1,0 +1,243 @@
+//! Helpers for tests that run `sealion` processes on loopback.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A child process that is killed when dropped.
+pub struct Proc {
+    pub name: String,
+    pub child: Option<Child>,
+    pub args: Vec<String>,
+    pub log: std::path::PathBuf,
+}
+
+impl Proc {
+    pub fn start(name: &str, args: &[String], log_dir: &Path) -> Proc {
+        let log = log_dir.join(format!("{name}.log"));
+        let mut p = Proc {
+            name: name.into(),
+            child: None,
+            args: args.to_vec(),
+            log,
+        };
+        p.restart();
+        p
+    }
+
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "{} is already running", self.name);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_sealion"))
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    /// SIGKILL: no chance to flush anything that was not already durable.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Ok(Some(status)) = c.try_wait() {
+                    assert!(status.success(), "{} exited with {status} after SIGTERM; log:\n{}", self.name, self.log_text());
+                    return;
+                }
+                if Instant::now() > deadline {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    panic!("{} did not stop after SIGTERM; log:\n{}", self.name, self.log_text());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Polls `f` until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub struct Http {
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+impl Http {
+    pub fn new(addr: &str) -> Http {
+        Http {
+            base: format!("http://{addr}"),
+            client: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap(),
+        }
+    }
+
+    pub async fn healthy(&self) -> bool {
+        matches!(self.client.get(format!("{}/health", self.base)).send().await, Ok(r) if r.status() == 200)
+    }
+
+    pub async fn write(&self, db: &str, body: String) -> (u16, String) {
+        let r = self
+            .client
+            .post(format!("{}/api/v1/write?db={db}", self.base))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    pub async fn sql(&self, db: &str, q: &str) -> (u16, Value) {
+        let r = self
+            .client
+            .get(format!("{}/api/v1/sql", self.base))
+            .query(&[("db", db), ("q", q)])
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    /// Rows of a query that must succeed.
+    pub async fn rows(&self, db: &str, q: &str) -> Vec<Vec<Value>> {
+        let (status, body) = self.sql(db, q).await;
+        assert_eq!(status, 200, "{q}: {body}");
+        serde_json::from_value(body["rows"].clone()).unwrap()
+    }
+}
+
+pub async fn pg_connect(addr: &str, db: &str) -> tokio_postgres::Client {
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let conn_str = format!("host={host} port={port} user=sealion dbname={db}");
+    let (client, conn) = tokio_postgres::connect(&conn_str, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// Line protocol for `hosts` hosts, one row per host every `step_s`
+/// seconds over `days` days from 2024-01-01, with values derived from the
+/// host and time so a model can recompute every aggregate.
+pub struct Dataset {
+    pub hosts: usize,
+    pub days: i64,
+    pub step_s: i64,
+}
+
+pub const DAY0_S: i64 = 1_704_067_200; // 2024-01-01T00:00:00Z
+
+impl Dataset {
+    pub fn value(host: usize, t_s: i64) -> i64 {
+        ((host as i64 * 7919 + t_s / 60) % 100).abs()
+    }
+
+    pub fn rows(&self) -> Vec<(usize, i64, i64)> {
+        let mut out = Vec::new();
+        let n = self.days * 86_400 / self.step_s;
+        for h in 0..self.hosts {
+            for k in 0..n {
+                let t = DAY0_S + k * self.step_s;
+                out.push((h, t, Self::value(h, t)));
+            }
+        }
+        out
+    }
+
+    /// Batches of line protocol (seconds precision → written as ns).
+    pub fn batches(&self, per_batch: usize) -> Vec<String> {
+        let rows = self.rows();
+        rows.chunks(per_batch)
+            .map(|chunk| {
+                chunk
+                    .iter()
+                    .map(|(h, t, v)| format!("cpu,host=host_{h},region=r{} usage={v}.0,n={v}i {}\n", h % 3, t * 1_000_000_000))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// (host, count, sum, max) per host, from the model.
+    pub fn per_host(&self) -> Vec<(String, i64, f64, f64)> {
+        let mut m: std::collections::BTreeMap<String, (i64, f64, f64)> = Default::default();
+        for (h, _, v) in self.rows() {
+            let e = m.entry(format!("host_{h}")).or_insert((0, 0.0, f64::MIN));
+            e.0 += 1;
+            e.1 += v as f64;
+            e.2 = e.2.max(v as f64);
+        }
+        m.into_iter().map(|(h, (c, s, x))| (h, c, s, x)).collect()
+    }
+}
+
+pub const PER_HOST_SQL: &str =
+    "SELECT host, count(*) AS c, sum(usage) AS s, max(usage) AS m FROM cpu GROUP BY host ORDER BY host";
+
+/// Checks the per-host aggregates over HTTP and over the PostgreSQL wire.
+pub async fn check_per_host(http: &Http, pg_addr: &str, data: &Dataset) {
+    let want = data.per_host();
+    let rows = http.rows("public", PER_HOST_SQL).await;
+    let got: Vec<(String, i64, f64, f64)> = rows
+        .iter()
+        .map(|r| (r[0].as_str().unwrap().to_string(), r[1].as_i64().unwrap(), r[2].as_f64().unwrap(), r[3].as_f64().unwrap()))
+        .collect();
+    assert_eq!(got, want, "per-host aggregates over HTTP");
+    let pg = pg_connect(pg_addr, "public").await;
+    let rows = pg.query(PER_HOST_SQL, &[]).await.unwrap();
+    let got: Vec<(String, i64, f64, f64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+    assert_eq!(got, want, "per-host aggregates over pgwire (extended protocol)");
+    let simple = pg.simple_query(PER_HOST_SQL).await.unwrap();
+    let n = simple
+        .iter()
+        .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+        .count();
+    assert_eq!(n, want.len(), "per-host rows over pgwire (simple protocol)");
+}

@@ -1,0 +1,220 @@
+//! `sealion standalone` as a user runs it: write, query over HTTP and
+//! pgwire, restart, and every bad input a user can send.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+struct Standalone {
+    proc_: Proc,
+    http: Http,
+    pg_addr: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn start_standalone() -> Standalone {
+    let dir = tempfile::tempdir().unwrap();
+    let http_addr = format!("127.0.0.1:{}", free_port());
+    let pg_addr = format!("127.0.0.1:{}", free_port());
+    let args: Vec<String> = vec![
+        "standalone".into(),
+        "--data-dir".into(),
+        dir.path().join("data").display().to_string(),
+        "--http-addr".into(),
+        http_addr.clone(),
+        "--pg-addr".into(),
+        pg_addr.clone(),
+    ];
+    let proc_ = Proc::start("standalone", &args, dir.path());
+    let http = Http::new(&http_addr);
+    wait_healthy(&http, &proc_).await;
+    Standalone { proc_, http, pg_addr, _dir: dir }
+}
+
+async fn wait_healthy(http: &Http, p: &Proc) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while !http.healthy().await {
+        if std::time::Instant::now() > deadline {
+            panic!("standalone did not become healthy; log:\n{}", p.log_text());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_answers_exactly_and_keeps_data_across_a_restart() {
+    let mut s = start_standalone().await;
+    let data = Dataset { hosts: 10, days: 3, step_s: 600 };
+    for batch in data.batches(1_000) {
+        let (status, body) = s.http.write("public", batch).await;
+        assert_eq!(status, 204, "{body}");
+    }
+    check_per_host(&s.http, &s.pg_addr, &data).await;
+    let parts = s
+        .http
+        .rows("public", "SELECT start, \"end\", state, rows FROM system.partitions WHERE table_name = 'cpu' ORDER BY start")
+        .await;
+    assert_eq!(parts.len(), 3, "one partition per day: {parts:?}");
+    let rows: i64 = parts.iter().map(|p| p[3].as_i64().unwrap()).sum();
+    assert_eq!(rows as usize, data.rows().len());
+    assert!(parts.iter().all(|p| p[2] == "open"));
+    assert_eq!(parts[0][0], "2024-01-01T00:00:00Z");
+
+    // A time range reads only what it covers.
+    let day2 = s
+        .http
+        .rows("public", "SELECT count(*) FROM cpu WHERE time >= '2024-01-02T00:00:00Z' AND time < '2024-01-03T00:00:00Z'")
+        .await;
+    assert_eq!(day2[0][0].as_i64().unwrap(), 10 * 144);
+
+    // Last write wins on (series, time).
+    let (status, _) = s.http.write("public", format!("cpu,host=host_0,region=r0 usage=1000.0,n=1i {}\n", DAY0_S * 1_000_000_000)).await;
+    assert_eq!(status, 204);
+    let v = s
+        .http
+        .rows("public", "SELECT usage FROM cpu WHERE host = 'host_0' AND time = '2024-01-01T00:00:00Z'")
+        .await;
+    assert_eq!(v, vec![vec![serde_json::json!(1000.0)]]);
+    let (status, _) = s.http.write("public", format!("cpu,host=host_0,region=r0 usage={}.0,n={}i {}\n", Dataset::value(0, DAY0_S), Dataset::value(0, DAY0_S), DAY0_S * 1_000_000_000)).await;
+    assert_eq!(status, 204);
+
+    s.proc_.stop();
+    s.proc_.restart();
+    wait_healthy(&s.http, &s.proc_).await;
+    check_per_host(&s.http, &s.pg_addr, &data).await;
+    let parts = s.http.rows("public", "SELECT count(*) FROM system.partitions WHERE table_name = 'cpu'").await;
+    assert_eq!(parts[0][0].as_i64().unwrap(), 3);
+
+    // A kill (no clean shutdown) loses no acknowledged write either.
+    let (status, _) = s.http.write("public", "after_kill,host=a v=1.0 1\n".into()).await;
+    assert_eq!(status, 204);
+    s.proc_.kill();
+    s.proc_.restart();
+    wait_healthy(&s.http, &s.proc_).await;
+    assert_eq!(s.http.rows("public", "SELECT v FROM after_kill").await, vec![vec![serde_json::json!(1.0)]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_ddl_insert_and_system_tables() {
+    let s = start_standalone().await;
+    let pg = pg_connect(&s.pg_addr, "public").await;
+    pg.simple_query(
+        "CREATE TABLE weather (city TEXT, temp DOUBLE, humid BIGINT, time TIMESTAMP NOT NULL, \
+         PRIMARY KEY (city, time)) WITH (partition_interval = '1h')",
+    )
+    .await
+    .unwrap();
+    let n = pg
+        .execute(
+            "INSERT INTO weather (city, temp, humid, time) VALUES ('oslo', 1.5, 80, '2024-05-01T10:00:00Z'), \
+             ('rome', 21.0, 40, '2024-05-01T11:30:00Z')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    let rows = pg.query("SELECT city, temp, humid FROM weather ORDER BY city", &[]).await.unwrap();
+    let got: Vec<(String, f64, i64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    assert_eq!(got, vec![("oslo".into(), 1.5, 80), ("rome".into(), 21.0, 40)]);
+
+    let parts = s.http.rows("public", "SELECT count(*) FROM system.partitions WHERE table_name = 'weather'").await;
+    assert_eq!(parts[0][0].as_i64().unwrap(), 2, "two one-hour partitions");
+    let tables = s.http.rows("public", "SHOW TABLES").await;
+    assert!(tables.contains(&vec![serde_json::json!("weather")]), "{tables:?}");
+    let cols = s.http.rows("public", "SHOW COLUMNS FROM weather").await;
+    assert_eq!(cols[0], vec![serde_json::json!("time"), serde_json::json!("TIMESTAMP"), serde_json::json!("time")]);
+    assert!(cols.contains(&vec![serde_json::json!("city"), serde_json::json!("TEXT"), serde_json::json!("tag")]));
+    let nodes = s.http.rows("public", "SELECT state FROM system.nodes").await;
+    assert_eq!(nodes, vec![vec![serde_json::json!("up")]]);
+    let t = s.http.rows("public", "SELECT table_name FROM system.tables").await;
+    assert_eq!(t, vec![vec![serde_json::json!("weather")]]);
+
+    // Other databases are chosen by name, over HTTP and pgwire.
+    let (status, body) = s.http.write("metrics", "m,host=a v=1i 1\n".into()).await;
+    assert_eq!(status, 204, "{body}");
+    let other = pg_connect(&s.pg_addr, "metrics").await;
+    let rows = other.query("SELECT v FROM m", &[]).await.unwrap();
+    assert_eq!(rows[0].get::<_, i64>(0), 1);
+    let (status, _) = s.http.sql("public", "SELECT * FROM m").await;
+    assert_eq!(status, 404, "m lives in database metrics only");
+
+    pg.simple_query("DROP TABLE weather").await.unwrap();
+    let err = pg.query("SELECT * FROM weather", &[]).await.unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "42P01");
+    let (_, csv) = (0, s.http.client.get(format!("{}/api/v1/sql?db=metrics&q=SELECT%20v%20FROM%20m&format=csv", s.http.base)).send().await.unwrap().text().await.unwrap());
+    assert_eq!(csv, "v\n1\n");
+    let jsonl = s.http.client.get(format!("{}/api/v1/sql?db=metrics&q=SELECT%20v%20FROM%20m&format=jsonl", s.http.base)).send().await.unwrap().text().await.unwrap();
+    assert_eq!(jsonl, "{\"v\":1}\n");
+    let metrics = s.http.client.get(format!("{}/metrics", s.http.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("sealion_http_write_requests_total"), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_error_and_loses_nothing_else() {
+    let s = start_standalone().await;
+    // Malformed lines: 400 naming each bad line; the good lines are stored.
+    let body = "t,host=a v=1.0 1000\nnot line protocol at all\nt,host=b v=2.0 2000\nt,host=c v= 3000\n".to_string();
+    let (status, text) = s.http.write("public", body).await;
+    assert_eq!(status, 400);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let lines: Vec<i64> = v["rejected"].as_array().unwrap().iter().map(|e| e["line"].as_i64().unwrap()).collect();
+    assert_eq!(lines, vec![2, 4], "{text}");
+    assert_eq!(v["rows_written"], 2);
+    assert_eq!(s.http.rows("public", "SELECT count(*) FROM t").await[0][0], 2);
+
+    // A field that changes type is refused for that line only.
+    let (status, text) = s.http.write("public", "t,host=d v=5i 4000\nt,host=e v=6.0 5000\n".into()).await;
+    assert_eq!(status, 400);
+    assert!(text.contains("field v is DOUBLE"), "{text}");
+    assert_eq!(s.http.rows("public", "SELECT count(*) FROM t").await[0][0], 3);
+
+    // Timestamps out of range.
+    let (status, text) = s
+        .http
+        .client
+        .post(format!("{}/api/v1/write?precision=s", s.http.base))
+        .body("t,host=f v=1.0 9223372036854775\nt,host=g v=1.0 1\n")
+        .send()
+        .await
+        .map(|r| (r.status().as_u16(), r))
+        .unwrap();
+    assert_eq!(status, 400);
+    assert!(text.text().await.unwrap().contains("out of range"));
+    assert_eq!(s.http.rows("public", "SELECT count(*) FROM t").await[0][0], 4);
+
+    // Too large a body.
+    let big = "x".repeat(33 << 20);
+    let r = s.http.client.post(format!("{}/api/v1/write", s.http.base)).body(big).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    let (status, _) = s.http.write("public", "t v=1.0 1\n".into()).await;
+    assert_eq!(status, 204, "the server still works after a refused body");
+
+    // Bad precision.
+    let r = s.http.client.post(format!("{}/api/v1/write?precision=fortnight", s.http.base)).body("t v=1.0 1\n").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+
+    // Unknown table and column: 4xx JSON over HTTP, SQLSTATE over pgwire.
+    let (status, body) = s.http.sql("public", "SELECT * FROM nope").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("nope"), "{body}");
+    let (status, body) = s.http.sql("public", "SELECT nope FROM t").await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = s.http.sql("public", "SELEKT 1").await;
+    assert_eq!(status, 400);
+    let pg = pg_connect(&s.pg_addr, "public").await;
+    let e = pg.query("SELECT * FROM nope", &[]).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "42P01", "{e}");
+    let e = pg.simple_query("SELECT * FROM nope").await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "42P01", "{e}");
+    let e = pg.query("SELECT nope FROM t", &[]).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "42703", "{e}");
+    let e = pg.simple_query("SELECT nope FROM t").await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "42703", "{e}");
+    // The connection is still usable after errors.
+    let rows = pg.query("SELECT count(*) FROM t", &[]).await.unwrap();
+    assert_eq!(rows[0].get::<_, i64>(0), 5);
+}

@@ -1,0 +1,36 @@
+//! The storage node's error type and its mapping to gRPC status codes.
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("rocksdb: {0}")]
+    Rocks(#[from] rocksdb::Error),
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    #[error("corrupt row in partition {partition_id}: {reason}")]
+    Corrupt { partition_id: u64, reason: String },
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error("partition {partition_id} is not held by storage node {node_id}")]
+    NotHeld { partition_id: u64, node_id: u64 },
+    #[error("meta: {0}")]
+    Meta(#[from] sealion_common::Error),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<Error> for tonic::Status {
+    fn from(e: Error) -> Self {
+        let message = e.to_string();
+        match e {
+            Error::Invalid(_) | Error::Arrow(_) => tonic::Status::invalid_argument(message),
+            Error::NotHeld { .. } => tonic::Status::failed_precondition(message),
+            Error::Meta(_) => tonic::Status::unavailable(message),
+            Error::Corrupt { .. } => tonic::Status::data_loss(message),
+            Error::Rocks(_) | Error::Io(_) | Error::Internal(_) => tonic::Status::internal(message),
+        }
+    }
+}

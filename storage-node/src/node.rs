@@ -1,0 +1,156 @@
+//! Starting and stopping a storage node: open the engine, serve gRPC and
+//! Flight, register with meta and keep heartbeating.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use sealion_common::meta_client::MetaClient;
+use sealion_common::proto::meta_command::Cmd;
+use sealion_common::proto::storage_server::StorageServer as GrpcStorageServer;
+use sealion_common::proto::RegisterNode;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::engine::Engine;
+use crate::service::{FlightScanService, MAX_WRITE_BYTES, NodeContext, StorageService};
+use crate::{Error, Result};
+
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    /// gRPC and Flight listen address; port 0 picks a free port.
+    pub listen_addr: SocketAddr,
+    /// Address others use to reach this node; defaults to the bound address.
+    pub advertise_addr: Option<String>,
+    pub data_dir: PathBuf,
+    pub meta_addrs: Vec<String>,
+    pub heartbeat_interval_ms: u64,
+}
+
+pub struct StorageServer {
+    local_addr: SocketAddr,
+    node_id: u64,
+    shutdown_tx: Option<oneshot::Sender<()>>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    heartbeat: JoinHandle<()>,
+}
+
+const NODE_ID_FILE: &str = "node_id";
+
+impl StorageServer {
+    pub async fn start(cfg: StorageConfig) -> Result<StorageServer> {
+        std::fs::create_dir_all(&cfg.data_dir)?;
+        let engine = {
+            let path = cfg.data_dir.join("rows");
+            tokio::task::spawn_blocking(move || Engine::open(&path))
+                .await
+                .map_err(|e| Error::Internal(format!("open task failed: {e}")))??
+        };
+        let listener = tokio::net::TcpListener::bind(cfg.listen_addr).await?;
+        let local_addr = listener.local_addr()?;
+        let advertise = cfg.advertise_addr.clone().unwrap_or_else(|| local_addr.to_string());
+
+        let meta = MetaClient::connect(&cfg.meta_addrs, Duration::from_secs(60)).await?;
+        let id_path = cfg.data_dir.join(NODE_ID_FILE);
+        let known_id: u64 = match std::fs::read_to_string(&id_path) {
+            Ok(s) => s
+                .trim()
+                .parse()
+                .map_err(|_| Error::Internal(format!("{} does not hold a node id", id_path.display())))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e.into()),
+        };
+        let node_id = register(&meta, known_id, &advertise).await?;
+        if node_id != known_id {
+            let tmp = id_path.with_extension("tmp");
+            std::fs::write(&tmp, node_id.to_string())?;
+            std::fs::rename(&tmp, &id_path)?;
+        }
+
+        let ctx = Arc::new(NodeContext {
+            engine,
+            node_id: AtomicU64::new(node_id),
+            meta: meta.clone(),
+        });
+        let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+        let storage = GrpcStorageServer::new(StorageService { ctx: ctx.clone() })
+            .max_decoding_message_size(MAX_WRITE_BYTES + (1 << 20));
+        let flight = FlightServiceServer::new(FlightScanService { ctx: ctx.clone() });
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(storage)
+                .add_service(flight)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = shutdown_rx.await;
+                }),
+        );
+        let interval = Duration::from_millis(cfg.heartbeat_interval_ms.max(50));
+        let heartbeat = tokio::spawn(heartbeat_loop(ctx, advertise.clone(), interval));
+        tracing::info!(node_id, addr = %advertise, "storage node serving");
+        Ok(StorageServer {
+            local_addr,
+            node_id,
+            shutdown_tx: Some(shutdown_tx),
+            server,
+            heartbeat,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    /// Stops serving (in-flight calls finish), then stops heartbeats.
+    pub async fn shutdown(mut self) -> Result<()> {
+        if let Some(tx) = self.shutdown_tx.take() {
+            let _ = tx.send(());
+        }
+        self.heartbeat.abort();
+        match (&mut self.server).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Error::Internal(format!("server: {e}"))),
+            Err(e) => Err(Error::Internal(format!("server task: {e}"))),
+        }
+    }
+}
+
+async fn register(meta: &MetaClient, id: u64, addr: &str) -> Result<u64> {
+    let reply = meta
+        .propose(Cmd::RegisterNode(RegisterNode {
+            id,
+            addr: addr.to_string(),
+            now_ms: sealion_common::time::now_ms(),
+        }))
+        .await?;
+    reply
+        .node
+        .map(|n| n.id)
+        .ok_or_else(|| Error::Internal("meta registered the node but returned no id".into()))
+}
+
+async fn heartbeat_loop(ctx: Arc<NodeContext>, addr: String, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let id = ctx.node_id.load(Ordering::Acquire);
+        match ctx.meta.heartbeat(id, &addr).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(node_id = id, "meta does not know this node; registering again");
+                if let Err(e) = register(&ctx.meta, id, &addr).await {
+                    tracing::warn!(error = %e, "re-registration failed");
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
+        }
+    }
+}

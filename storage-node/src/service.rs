@@ -1,0 +1,239 @@
+//! The storage node's gRPC surface: the `Storage` service for writes and the
+//! Arrow Flight service for scans.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow::ipc::reader::StreamReader;
+use arrow::record_batch::RecordBatch;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
+};
+use futures::{Stream, StreamExt, TryStreamExt};
+use prost::Message;
+use sealion_common::catalog::arrow_schema;
+use sealion_common::meta_client::MetaClient;
+use sealion_common::proto::storage_server::Storage;
+use sealion_common::proto::{
+    DropPartitionsReply, DropPartitionsRequest, PartitionStats, PartitionStatsReply,
+    PartitionStatsRequest, ScanRequest, WriteReply, WriteRequest,
+};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::engine::Engine;
+use crate::{Error, Result};
+
+/// Largest write request a node accepts, in bytes of Arrow IPC.
+pub const MAX_WRITE_BYTES: usize = 64 << 20;
+/// Batches a scan may have in flight towards the client before it waits.
+const SCAN_CHANNEL_BATCHES: usize = 4;
+
+/// What the services share: the engine, this node's id and meta.
+pub struct NodeContext {
+    pub engine: Engine,
+    pub node_id: AtomicU64,
+    pub meta: Arc<MetaClient>,
+}
+
+impl NodeContext {
+    /// Fails unless meta places every partition in `ids` on this node. The
+    /// local copy of the partition map may lag a write routed by a query node
+    /// that saw a newer map, so a miss is checked again against meta itself.
+    async fn check_held(&self, ids: &[u64]) -> Result<()> {
+        let node_id = self.node_id.load(Ordering::Acquire);
+        let held = |state: &sealion_common::proto::ClusterState, pid: u64| {
+            state
+                .partitions
+                .iter()
+                .any(|p| p.id == pid && p.replicas.contains(&node_id))
+        };
+        let state = self.meta.state();
+        let missing: Vec<u64> = ids.iter().copied().filter(|&p| !held(&state, p)).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let fresh = self.meta.get_state(true).await?.state.unwrap_or_default();
+        match missing.into_iter().find(|&p| !held(&fresh, p)) {
+            None => Ok(()),
+            Some(partition_id) => Err(Error::NotHeld { partition_id, node_id }),
+        }
+    }
+}
+
+pub struct StorageService {
+    pub ctx: Arc<NodeContext>,
+}
+
+fn decode_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>> {
+    let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
+    reader.collect::<std::result::Result<Vec<_>, _>>().map_err(Error::from)
+}
+
+#[tonic::async_trait]
+impl Storage for StorageService {
+    async fn write(&self, request: Request<WriteRequest>) -> Result<Response<WriteReply>, Status> {
+        let req = request.into_inner();
+        let bytes: usize = req.partitions.iter().map(|p| p.arrow_ipc.len()).sum();
+        if bytes > MAX_WRITE_BYTES {
+            return Err(Status::resource_exhausted(format!(
+                "write of {bytes} bytes is over the limit of {MAX_WRITE_BYTES}"
+            )));
+        }
+        let ids: Vec<u64> = req.partitions.iter().map(|p| p.partition_id).collect();
+        self.ctx.check_held(&ids).await?;
+        let mut parts = Vec::with_capacity(req.partitions.len());
+        for p in &req.partitions {
+            parts.push((p.partition_id, decode_ipc(&p.arrow_ipc)?));
+        }
+        let engine = self.ctx.engine.clone();
+        let columns = req.columns;
+        let rows = tokio::task::spawn_blocking(move || engine.write(&columns, &parts))
+            .await
+            .map_err(|e| Status::internal(format!("write task failed: {e}")))??;
+        metrics::counter!("sealion_storage_rows_written_total").increment(rows);
+        Ok(Response::new(WriteReply { rows_written: rows }))
+    }
+
+    async fn stats(
+        &self,
+        request: Request<PartitionStatsRequest>,
+    ) -> Result<Response<PartitionStatsReply>, Status> {
+        let ids = request.into_inner().partition_ids;
+        let engine = self.ctx.engine.clone();
+        let stats = tokio::task::spawn_blocking(move || {
+            ids.iter()
+                .map(|&pid| {
+                    engine.stats(pid).map(|s| PartitionStats {
+                        partition_id: pid,
+                        rows: s.rows,
+                        bytes: s.bytes,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .await
+        .map_err(|e| Status::internal(format!("stats task failed: {e}")))??;
+        Ok(Response::new(PartitionStatsReply { stats }))
+    }
+
+    async fn drop_partitions(
+        &self,
+        request: Request<DropPartitionsRequest>,
+    ) -> Result<Response<DropPartitionsReply>, Status> {
+        let ids = request.into_inner().partition_ids;
+        let engine = self.ctx.engine.clone();
+        tokio::task::spawn_blocking(move || engine.drop_partitions(&ids))
+            .await
+            .map_err(|e| Status::internal(format!("drop task failed: {e}")))??;
+        Ok(Response::new(DropPartitionsReply {}))
+    }
+}
+
+pub struct FlightScanService {
+    pub ctx: Arc<NodeContext>,
+}
+
+type BoxedStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+fn unimplemented<T>(what: &str) -> Result<T, Status> {
+    Err(Status::unimplemented(format!("{what} is not served by a storage node; use DoGet with a scan ticket")))
+}
+
+#[tonic::async_trait]
+impl FlightService for FlightScanService {
+    type HandshakeStream = BoxedStream<HandshakeResponse>;
+    type ListFlightsStream = BoxedStream<FlightInfo>;
+    type DoGetStream = BoxedStream<FlightData>;
+    type DoPutStream = BoxedStream<PutResult>;
+    type DoExchangeStream = BoxedStream<FlightData>;
+    type DoActionStream = BoxedStream<arrow_flight::Result>;
+    type ListActionsStream = BoxedStream<ActionType>;
+
+    async fn handshake(
+        &self,
+        _request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        unimplemented("Handshake")
+    }
+
+    async fn list_flights(
+        &self,
+        _request: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        unimplemented("ListFlights")
+    }
+
+    async fn get_flight_info(&self, _request: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
+        unimplemented("GetFlightInfo")
+    }
+
+    async fn poll_flight_info(&self, _request: Request<FlightDescriptor>) -> Result<Response<PollInfo>, Status> {
+        unimplemented("PollFlightInfo")
+    }
+
+    async fn get_schema(&self, _request: Request<FlightDescriptor>) -> Result<Response<SchemaResult>, Status> {
+        unimplemented("GetSchema")
+    }
+
+    async fn do_get(&self, request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
+        let ticket = request.into_inner();
+        let scan = ScanRequest::decode(ticket.ticket.as_ref())
+            .map_err(|e| Status::invalid_argument(format!("bad scan ticket: {e}")))?;
+        if scan.table_columns.is_empty() {
+            return Err(Status::invalid_argument("scan ticket names no table columns"));
+        }
+        let projection = if scan.projection.is_empty() {
+            scan.table_columns.clone()
+        } else {
+            scan.projection.clone()
+        };
+        let schema = arrow_schema(&projection);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, FlightError>>(SCAN_CHANNEL_BATCHES);
+        let engine = self.ctx.engine.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut rows = 0u64;
+            let result = engine.scan(&scan, |batch| {
+                rows += batch.num_rows() as u64;
+                tx.blocking_send(Ok(batch)).is_ok()
+            });
+            metrics::counter!("sealion_storage_rows_scanned_total").increment(rows);
+            if let Err(e) = result {
+                let _ = tx.blocking_send(Err(FlightError::Tonic(Box::new(e.into()))));
+            }
+        });
+        let batches = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let stream = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .build(batches)
+            .map_err(Status::from)
+            .boxed();
+        Ok(Response::new(stream))
+    }
+
+    async fn do_put(
+        &self,
+        _request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        unimplemented("DoPut")
+    }
+
+    async fn do_exchange(
+        &self,
+        _request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        unimplemented("DoExchange")
+    }
+
+    async fn do_action(&self, _request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
+        unimplemented("DoAction")
+    }
+
+    async fn list_actions(&self, _request: Request<Empty>) -> Result<Response<Self::ListActionsStream>, Status> {
+        unimplemented("ListActions")
+    }
+}
