@@ -6,7 +6,6 @@
 //! as soon as the watch stream delivers it. The `system` schema holds tables
 //! computed from the cluster state (and from storage nodes, for sizes).
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -56,10 +55,6 @@ impl SealionCatalog {
 }
 
 impl CatalogProvider for SealionCatalog {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn schema_names(&self) -> Vec<String> {
         let state = self.shared.meta.state();
         let mut names: Vec<String> = state.databases.iter().map(|d| d.name.clone()).collect();
@@ -115,10 +110,6 @@ impl std::fmt::Debug for DatabaseSchema {
 
 #[async_trait]
 impl SchemaProvider for DatabaseSchema {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn table_names(&self) -> Vec<String> {
         let state = self.shared.meta.state();
         state
@@ -170,10 +161,6 @@ fn mem(fields: Vec<Field>, columns: Vec<ArrayRef>) -> DfResult<Arc<dyn TableProv
 
 #[async_trait]
 impl SchemaProvider for SystemSchema {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn table_names(&self) -> Vec<String> {
         SYSTEM_TABLES.iter().map(|s| s.to_string()).collect()
     }

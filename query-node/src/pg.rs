@@ -55,7 +55,7 @@ fn database_of(client: &(dyn ClientInfo + Send + Sync)) -> String {
 fn left_to_others(stmt: &Statement) -> bool {
     matches!(
         stmt,
-        Statement::Set(_)
+        Statement::Set { .. }
             | Statement::ShowVariable { .. }
             | Statement::ShowStatus { .. }
             | Statement::StartTransaction { .. }

@@ -104,7 +104,7 @@ async fn pg_accept_loop(
     let limit = Arc::new(tokio::sync::Semaphore::new(max_connections));
     loop {
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.changed() => return,
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
                     let Ok(permit) = limit.clone().try_acquire_owned() else {

@@ -6,7 +6,6 @@
 //! DataFusion partition per node, so nodes are read in parallel.
 //! `insert_into` sends rows through the write router.
 
-use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -186,10 +185,6 @@ impl SealionTable {
 
 #[async_trait]
 impl TableProvider for SealionTable {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
     }
@@ -319,7 +314,7 @@ impl PartitionStream for NodeScan {
                     status.message()
                 ))))
             })?;
-            let flight = response.into_inner().map_err(FlightError::Tonic);
+            let flight = response.into_inner().map_err(|s| FlightError::Tonic(Box::new(s)));
             let batches = FlightRecordBatchStream::new_from_flight_data(flight)
                 .map_err(|e| DataFusionError::External(Box::new(e)));
             Ok::<_, DataFusionError>(batches)
@@ -350,10 +345,6 @@ impl DisplayAs for TableSink {
 
 #[async_trait]
 impl DataSink for TableSink {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn schema(&self) -> &SchemaRef {
         &self.schema
     }

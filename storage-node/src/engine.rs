@@ -72,11 +72,8 @@ impl Engine {
     /// Runs `req` and hands each batch of at most `SCAN_BATCH_ROWS` rows to
     /// `emit`; stops early when `emit` returns false or the limit is reached.
     pub fn scan(&self, req: &ScanRequest, mut emit: impl FnMut(RecordBatch) -> bool) -> Result<()> {
-        let projection: Vec<Column> = if req.projection.is_empty() {
-            req.table_columns.clone()
-        } else {
-            req.projection.clone()
-        };
+        // An empty projection asks for row counts only (`count(*)`).
+        let projection: Vec<Column> = req.projection.clone();
         let limit = if req.limit == 0 { u64::MAX } else { req.limit };
         let mut builder = BatchBuilder::new(projection);
         let mut emitted = 0u64;
@@ -127,7 +124,7 @@ impl Engine {
     pub fn drop_partitions(&self, partition_ids: &[u64]) -> Result<()> {
         let mut batch = WriteBatch::default();
         for &pid in partition_ids {
-            let from = partition_prefix(pid);
+            let from = partition_prefix(pid).to_vec();
             let to = match pid.checked_add(1) {
                 Some(next) => partition_prefix(next).to_vec(),
                 None => vec![0xff; 9],

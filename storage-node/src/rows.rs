@@ -431,9 +431,10 @@ mod tests {
         v.push(T_F64);
         v.extend_from_slice(&1.5f64.to_bits().to_be_bytes());
         assert_eq!(decode_fields(&v), Some(vec![("x", Value::F64(1.5))]));
-        for cut in 1..v.len() {
+        for cut in 2..v.len() {
             assert_eq!(decode_fields(&v[..cut]), None, "cut at {cut}");
         }
+        assert_eq!(decode_fields(&[ROW_FORMAT_V1]), Some(vec![]), "a row with no fields");
         assert_eq!(decode_fields(&[9]), None, "unknown version");
     }
 

@@ -187,12 +187,7 @@ impl FlightService for FlightScanService {
         if scan.table_columns.is_empty() {
             return Err(Status::invalid_argument("scan ticket names no table columns"));
         }
-        let projection = if scan.projection.is_empty() {
-            scan.table_columns.clone()
-        } else {
-            scan.projection.clone()
-        };
-        let schema = arrow_schema(&projection);
+        let schema = arrow_schema(&scan.projection);
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, FlightError>>(SCAN_CHANNEL_BATCHES);
         let engine = self.ctx.engine.clone();
         tokio::task::spawn_blocking(move || {

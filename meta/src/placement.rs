@@ -1,0 +1,249 @@
+//! What only the leader knows: storage-node liveness from heartbeats, and the
+//! placement of new partitions that follows from it.
+//!
+//! Heartbeats arrive every second or so from every storage node; writing
+//! them into the Raft log would turn the log into a clock. They are kept in
+//! memory on the leader instead, and a new leader starts with a grace period
+//! rather than declaring every node down. Placement is decided here, before
+//! the command is proposed, so that `machine::apply` stays deterministic.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use sealion_common::time::partition_start;
+use sealion_proto::{ClusterState, EnsurePartitions, NodeLiveness, NodeState, PartitionPlacement};
+
+use crate::machine::{Refusal, kind, table_interval_ns};
+
+/// Last heartbeat per storage node, as seen by this replica.
+#[derive(Debug)]
+pub struct Liveness {
+    timeout: Duration,
+    /// node id → (when, wall-clock ms) of its last heartbeat.
+    last: HashMap<u64, (Instant, i64)>,
+    /// When this replica last became leader: nodes not heard from since are
+    /// given `timeout` from this instant before they count as down.
+    leader_since: Instant,
+}
+
+impl Liveness {
+    pub fn new(timeout: Duration) -> Self {
+        Liveness {
+            timeout,
+            last: HashMap::new(),
+            leader_since: Instant::now(),
+        }
+    }
+
+    pub fn record(&mut self, node_id: u64, now_ms: i64) {
+        self.last.insert(node_id, (Instant::now(), now_ms));
+    }
+
+    /// Called when this replica becomes leader.
+    pub fn became_leader(&mut self) {
+        self.leader_since = Instant::now();
+    }
+
+    /// Up when heard from within the timeout, counting the start of this
+    /// leadership as a heartbeat: a replica that just took over has not been
+    /// told about heartbeats that went to the old leader.
+    pub fn is_up(&self, node_id: u64) -> bool {
+        let since = match self.last.get(&node_id) {
+            Some((at, _)) => (*at).max(self.leader_since),
+            None => self.leader_since,
+        };
+        Instant::now().duration_since(since) <= self.timeout
+    }
+
+    /// Liveness of every node of `state`, by id.
+    pub fn report(&self, state: &ClusterState) -> Vec<NodeLiveness> {
+        let mut out: Vec<NodeLiveness> = state
+            .nodes
+            .iter()
+            .map(|n| NodeLiveness {
+                node_id: n.id,
+                state: if self.is_up(n.id) {
+                    NodeState::Up as i32
+                } else {
+                    NodeState::Down as i32
+                },
+                last_heartbeat_ms: self.last.get(&n.id).map_or(0, |(_, ms)| *ms),
+            })
+            .collect();
+        out.sort_by_key(|l| l.node_id);
+        out
+    }
+}
+
+/// Fills `cmd.placements` for every requested start that has no partition
+/// yet: `replication_factor` distinct nodes (capped at the number of nodes),
+/// nodes that are up first, then those holding the fewest replicas, then by
+/// id. Starts that `apply` will refuse anyway (no table, misaligned) are left
+/// alone so that the refusal comes from the state machine.
+pub fn place(
+    state: &ClusterState,
+    cmd: &mut EnsurePartitions,
+    is_up: impl Fn(u64) -> bool,
+    replication_factor: usize,
+) -> Result<(), Refusal> {
+    let Some(table) = state.tables.iter().find(|t| t.id == cmd.table_id) else {
+        return Ok(());
+    };
+    let interval_ns = table_interval_ns(table);
+    let mut missing: Vec<i64> = cmd
+        .starts_ns
+        .iter()
+        .copied()
+        .filter(|s| partition_start(*s, interval_ns) == Some(*s))
+        .filter(|s| {
+            !state
+                .partitions
+                .iter()
+                .any(|p| p.table_id == cmd.table_id && p.start_ns == *s)
+        })
+        .collect();
+    missing.sort_unstable();
+    missing.dedup();
+    cmd.placements.retain(|p| !missing.contains(&p.start_ns));
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if state.nodes.is_empty() {
+        return Err(Refusal::new(
+            kind::UNAVAILABLE,
+            "no storage node has registered: cannot place new partitions",
+        ));
+    }
+    let mut load: HashMap<u64, usize> = state.nodes.iter().map(|n| (n.id, 0)).collect();
+    for p in &state.partitions {
+        for r in &p.replicas {
+            if let Some(c) = load.get_mut(r) {
+                *c += 1;
+            }
+        }
+    }
+    let up: HashMap<u64, bool> = state.nodes.iter().map(|n| (n.id, is_up(n.id))).collect();
+    let rf = replication_factor.clamp(1, state.nodes.len());
+    for start in missing {
+        let mut candidates: Vec<u64> = state.nodes.iter().map(|n| n.id).collect();
+        candidates.sort_by_key(|id| {
+            (
+                !up.get(id).copied().unwrap_or(false),
+                load.get(id).copied().unwrap_or(0),
+                *id,
+            )
+        });
+        candidates.truncate(rf);
+        for id in &candidates {
+            if let Some(c) = load.get_mut(id) {
+                *c += 1;
+            }
+        }
+        cmd.placements.push(PartitionPlacement {
+            start_ns: start,
+            replicas: candidates,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use sealion_proto::{Partition, StorageNode, Table};
+
+    use super::*;
+
+    fn state(nodes: &[u64], partitions: &[(i64, Vec<u64>)]) -> ClusterState {
+        ClusterState {
+            tables: vec![Table {
+                id: 1,
+                database: "public".into(),
+                name: "t".into(),
+                partition_interval_ns: 10,
+                ..Default::default()
+            }],
+            nodes: nodes
+                .iter()
+                .map(|id| StorageNode {
+                    id: *id,
+                    addr: format!("n{id}:1"),
+                    registered_at_ms: 0,
+                })
+                .collect(),
+            partitions: partitions
+                .iter()
+                .map(|(s, r)| Partition {
+                    table_id: 1,
+                    start_ns: *s,
+                    end_ns: s + 10,
+                    replicas: r.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn ensure(starts: Vec<i64>) -> EnsurePartitions {
+        EnsurePartitions {
+            table_id: 1,
+            starts_ns: starts,
+            placements: vec![],
+        }
+    }
+
+    #[test]
+    fn spreads_new_partitions_over_the_least_loaded_nodes() {
+        let s = state(&[1, 2, 3], &[(0, vec![1]), (10, vec![1]), (20, vec![2])]);
+        let mut cmd = ensure(vec![30, 40, 20]);
+        place(&s, &mut cmd, |_| true, 1).unwrap();
+        let got: Vec<(i64, Vec<u64>)> = cmd
+            .placements
+            .iter()
+            .map(|p| (p.start_ns, p.replicas.clone()))
+            .collect();
+        assert_eq!(got, vec![(30, vec![3]), (40, vec![2])]);
+    }
+
+    #[test]
+    fn prefers_nodes_that_are_up_and_caps_the_replication_factor() {
+        let s = state(&[1, 2], &[]);
+        let mut cmd = ensure(vec![0]);
+        place(&s, &mut cmd, |id| id == 2, 1).unwrap();
+        assert_eq!(cmd.placements[0].replicas, vec![2]);
+
+        let mut cmd = ensure(vec![0]);
+        place(&s, &mut cmd, |_| true, 5).unwrap();
+        assert_eq!(cmd.placements[0].replicas, vec![1, 2]);
+    }
+
+    #[test]
+    fn no_storage_node_is_unavailable_but_existing_partitions_need_none() {
+        let s = state(&[], &[(0, vec![1])]);
+        let mut cmd = ensure(vec![10]);
+        assert_eq!(
+            place(&s, &mut cmd, |_| true, 1).unwrap_err().kind,
+            kind::UNAVAILABLE
+        );
+        let mut cmd = ensure(vec![0]);
+        place(&s, &mut cmd, |_| true, 1).unwrap();
+        assert!(cmd.placements.is_empty());
+    }
+
+    #[test]
+    fn new_leader_gives_silent_nodes_a_grace_period() {
+        let mut l = Liveness::new(Duration::from_millis(50));
+        l.became_leader();
+        assert!(l.is_up(7), "never heard from, but the leader is new");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!l.is_up(7));
+        l.record(7, 1);
+        assert!(l.is_up(7));
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!l.is_up(7));
+        l.became_leader();
+        assert!(l.is_up(7), "an old heartbeat does not make a node down under a new leader");
+    }
+}
