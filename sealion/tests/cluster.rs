@@ -192,3 +192,76 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
     assert_eq!(http.rows("public", "SELECT v FROM extra2").await, vec![vec![serde_json::json!(2.0)]]);
     drop(query);
 }
+
+/// A base port whose internal ports (base+1..=3, base+101..=103) are free.
+fn free_base_port() -> u16 {
+    for _ in 0..200 {
+        let base = 20_000 + (std::process::id() as u16 % 50) * 400 + (rand_u16() % 300);
+        let ports = [1u16, 2, 3, 101, 102, 103].map(|o| base + o);
+        if ports.iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no free base port");
+}
+
+fn rand_u16() -> u16 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u16
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealion_cluster_command_runs_a_working_cluster_and_stops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let http_port = free_port();
+    let pg_port = free_port();
+    let base = free_base_port();
+    let mut launcher = Proc::start(
+        "cluster",
+        &[
+            "cluster".into(),
+            "--meta".into(),
+            "3".into(),
+            "--storage".into(),
+            "3".into(),
+            "--query".into(),
+            "1".into(),
+            "--data-dir".into(),
+            dir.path().join("c").display().to_string(),
+            "--base-port".into(),
+            base.to_string(),
+            "--http-port".into(),
+            http_port.to_string(),
+            "--pg-port".into(),
+            pg_port.to_string(),
+        ],
+        dir.path(),
+    );
+    let http = Http::new(&format!("127.0.0.1:{http_port}"));
+    wait_healthy(&http, &[&launcher]).await;
+    eventually("three storage nodes up", Duration::from_secs(60), || async {
+        let (s, b) = http.sql("public", "SELECT count(*) FROM system.nodes WHERE state = 'up'").await;
+        (s == 200 && b["rows"][0][0] == 3).then_some(())
+    })
+    .await;
+    let data = Dataset { hosts: 10, days: 3, step_s: 900 };
+    for b in data.batches(1_000) {
+        let (status, body) = http.write("public", b).await;
+        assert_eq!(status, 204, "{body}");
+    }
+    check_per_host(&http, &format!("127.0.0.1:{pg_port}"), &data).await;
+    let parts = http.rows("public", "SELECT count(*), count(DISTINCT partition_id) FROM system.partitions WHERE table_name = 'cpu'").await;
+    assert_eq!(parts[0], vec![serde_json::json!(3), serde_json::json!(3)], "one partition per day");
+
+    // The launcher prints every process and its pid, and SIGTERM stops them all.
+    let log = launcher.log_text();
+    for name in ["meta-1", "meta-2", "meta-3", "storage-1", "storage-2", "storage-3", "query-1"] {
+        assert!(log.contains(name) && log.contains("pid"), "{name} missing from:\n{log}");
+    }
+    launcher.stop();
+    for port in [base + 1, base + 2, base + 3, base + 101, base + 102, base + 103, http_port, pg_port] {
+        eventually("every child to exit", Duration::from_secs(20), || async move {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err().then_some(())
+        })
+        .await;
+    }
+}
