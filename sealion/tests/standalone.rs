@@ -218,3 +218,57 @@ async fn bad_input_gets_a_clear_error_and_loses_nothing_else() {
     let rows = pg.query("SELECT count(*) FROM t", &[]).await.unwrap();
     assert_eq!(rows[0].get::<_, i64>(0), 5);
 }
+
+/// psycopg, Python's driver, speaks the extended protocol with its own type
+/// handling. The check runs where Python has psycopg; CI installs it and
+/// sets SEALION_REQUIRE_PSYCOPG=1 so a missing driver fails there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psycopg_can_create_insert_and_query() {
+    let has = std::process::Command::new("python3")
+        .args(["-c", "import psycopg"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !has {
+        assert!(
+            std::env::var("SEALION_REQUIRE_PSYCOPG").is_err(),
+            "SEALION_REQUIRE_PSYCOPG is set but python3 cannot import psycopg"
+        );
+        eprintln!("psycopg not installed: skipping (pip install 'psycopg[binary]')");
+        return;
+    }
+    let s = start_standalone().await;
+    let (host, port) = s.pg_addr.rsplit_once(':').unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/psycopg_check.py");
+    let out = tokio::process::Command::new("python3").args([script, host, port]).output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "psycopg check failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_come_from_a_toml_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let http_addr = format!("127.0.0.1:{}", free_port());
+    let pg_addr = format!("127.0.0.1:{}", free_port());
+    let config = dir.path().join("sealion.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "http-addr = \"{http_addr}\"\npg_addr = \"{pg_addr}\"\ndata-dir = \"{}\"\n",
+            dir.path().join("from-toml").display()
+        ),
+    )
+    .unwrap();
+    let p = Proc::start(
+        "standalone-toml",
+        &["standalone".into(), "--config".into(), config.display().to_string()],
+        dir.path(),
+    );
+    wait_healthy(&Http::new(&http_addr), &p).await;
+    let _pg = pg_connect(&pg_addr, "public").await;
+    assert!(dir.path().join("from-toml").join("meta").exists(), "data went to the configured directory");
+}
