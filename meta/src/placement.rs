@@ -244,6 +244,9 @@ mod tests {
         std::thread::sleep(Duration::from_millis(60));
         assert!(!l.is_up(7));
         l.became_leader();
-        assert!(l.is_up(7), "an old heartbeat does not make a node down under a new leader");
+        assert!(
+            l.is_up(7),
+            "an old heartbeat does not make a node down under a new leader"
+        );
     }
 }

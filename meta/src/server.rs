@@ -292,7 +292,16 @@ async fn form_cluster(
     let raft = &shared.raft;
     if bootstrap {
         match raft.is_initialized().await {
-            Ok(true) => tracing::info!(node = shared.id, "meta cluster already initialized"),
+            Ok(true) => {
+                tracing::info!(node = shared.id, "meta cluster already initialized");
+                // A lone voter need not sit out an election timeout after a
+                // restart (standalone mode restarts this way).
+                if is_sole_voter(&shared).await
+                    && let Err(e) = raft.trigger().elect().await
+                {
+                    tracing::warn!(node = shared.id, error = %e, "cannot trigger an election");
+                }
+            }
             Ok(false) => {
                 let members = BTreeMap::from([(shared.id, Node::new(shared.addr.clone()))]);
                 match raft.initialize(members).await {
@@ -350,6 +359,23 @@ async fn form_cluster(
             _ = stop.wait_for(|s| *s) => return,
         }
     }
+}
+
+async fn is_sole_voter(shared: &Shared) -> bool {
+    let id = shared.id;
+    shared
+        .raft
+        .with_raft_state(move |st| {
+            let voters: Vec<u64> = st
+                .membership_state
+                .effective()
+                .membership()
+                .voter_ids()
+                .collect();
+            voters == [id]
+        })
+        .await
+        .unwrap_or(false)
 }
 
 fn is_voter(shared: &Shared) -> bool {

@@ -397,25 +397,20 @@ impl MetaService {
     }
 }
 
-fn decode<T: serde::de::DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
+fn decode<T: serde::de::DeserializeOwned>(msg: &RaftMessage) -> Result<T> {
     serde_json::from_slice(&msg.payload)
-        .map_err(|e| Status::invalid_argument(format!("bad raft payload: {e}")))
+        .map_err(|e| Error::Invalid(format!("bad raft payload: {e}")))
 }
 
-fn encode<T: serde::Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
-    let payload = serde_json::to_vec(value)
-        .map_err(|e| Status::internal(format!("encoding raft reply: {e}")))?;
+fn encode<T: serde::Serialize>(value: &T) -> Result<Response<RaftMessage>> {
+    let payload = serde_json::to_vec(value)?;
     Ok(Response::new(RaftMessage { payload }))
 }
 
 /// The liveness part of a reply that a Watch stream compares to decide
 /// whether to send again.
-fn liveness_key(reply: &GetStateReply) -> Vec<(u64, i32)> {
-    reply
-        .liveness
-        .iter()
-        .map(|l| (l.node_id, l.state))
-        .collect()
+fn liveness_key(liveness: &[NodeLiveness]) -> Vec<(u64, i32)> {
+    liveness.iter().map(|l| (l.node_id, l.state)).collect()
 }
 
 #[tonic::async_trait]
@@ -426,7 +421,7 @@ impl Meta for MetaService {
     ) -> Result<Response<MetaResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let Some(cmd) = request.into_inner().command else {
-            return Err(Status::invalid_argument("Propose without a command"));
+            return Err(Error::Invalid("Propose without a command".into()).into());
         };
         Ok(Response::new(self.shared.propose(cmd, forwarded).await?))
     }
@@ -458,7 +453,7 @@ impl Meta for MetaService {
             let mut tick = tokio::time::interval(LIVENESS_TICK);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             let first = shared.reply(&state_rx.borrow_and_update());
-            let mut sent_liveness = liveness_key(&first);
+            let mut sent_liveness = liveness_key(&first.liveness);
             if tx.send(Ok(first)).await.is_err() {
                 return;
             }
@@ -472,14 +467,19 @@ impl Meta for MetaService {
                         Some(shared.reply(&state))
                     }
                     _ = tick.tick() => {
-                        let reply = shared.reply(&shared.current_state());
-                        (liveness_key(&reply) != sent_liveness).then_some(reply)
+                        // Only clone the state when liveness changed.
+                        let state = shared.current_state();
+                        let liveness = shared.liveness_report(&state);
+                        (liveness_key(&liveness) != sent_liveness).then(|| GetStateReply {
+                            state: Some((*state).clone()),
+                            liveness,
+                        })
                     }
                     _ = shutdown.wait_for(|stop| *stop) => break,
                     _ = tx.closed() => break,
                 };
                 if let Some(reply) = next {
-                    sent_liveness = liveness_key(&reply);
+                    sent_liveness = liveness_key(&reply.liveness);
                     if tx.send(Ok(reply)).await.is_err() {
                         break;
                     }
@@ -525,7 +525,7 @@ impl Meta for MetaService {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         let rpc = decode(request.get_ref())?;
-        encode(&self.shared.raft.append_entries(rpc).await)
+        Ok(encode(&self.shared.raft.append_entries(rpc).await)?)
     }
 
     async fn raft_vote(
@@ -533,7 +533,7 @@ impl Meta for MetaService {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         let rpc = decode(request.get_ref())?;
-        encode(&self.shared.raft.vote(rpc).await)
+        Ok(encode(&self.shared.raft.vote(rpc).await)?)
     }
 
     async fn raft_snapshot(
@@ -541,6 +541,6 @@ impl Meta for MetaService {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         let rpc = decode(request.get_ref())?;
-        encode(&self.shared.raft.install_snapshot(rpc).await)
+        Ok(encode(&self.shared.raft.install_snapshot(rpc).await)?)
     }
 }
