@@ -248,3 +248,29 @@ async fn standalone(a: StandaloneArgs) -> anyhow::Result<()> {
     meta.shutdown().await.context("stopping meta")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// `--help` documents every flag of every subcommand, and each flag can
+    /// also come from a `SEALION_*` variable.
+    #[test]
+    fn every_flag_has_help_and_an_environment_variable() {
+        let cli = Cli::command();
+        cli.clone().debug_assert();
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                assert!(arg.get_help().is_some(), "sealion {} --{id} has no help text", sub.get_name());
+                let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or("");
+                assert!(env.starts_with("SEALION_"), "sealion {} --{id} has no SEALION_* variable", sub.get_name());
+            }
+        }
+    }
+}

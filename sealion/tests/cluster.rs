@@ -159,6 +159,19 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
         .write("public", format!("cpu,host=host_0,region=r0 usage=1.0,n=1i {}\n", DAY0_S * 1_000_000_000))
         .await;
     assert_eq!(status, 503, "write to a dead node's partition: {body}");
+    // A query whose time range lies in partitions of the live node never
+    // contacts the dead one: pruning happens before any node is asked.
+    let live_day = http
+        .rows("public", &format!("SELECT start, \"end\" FROM system.partitions WHERE node_id <> {victim_id} ORDER BY start LIMIT 1"))
+        .await;
+    let (from, to) = (live_day[0][0].as_str().unwrap().to_string(), live_day[0][1].as_str().unwrap().to_string());
+    let (status, body) = http
+        .sql("public", &format!("SELECT count(*) FROM cpu WHERE time >= '{from}' AND time < '{to}'"))
+        .await;
+    assert_eq!(status, 200, "a query that needs only the live node: {body}");
+    assert_eq!(body["rows"][0][0].as_u64().unwrap() as usize, data.hosts * 48);
+    let (status, _) = http.sql("public", "SELECT count(*) FROM cpu").await;
+    assert!(status >= 500, "a query that needs the dead node fails, it does not answer short");
     storages[vi].restart();
     eventually("storage node back", Duration::from_secs(60), || async {
         let (s, b) = http.sql("public", PER_HOST_SQL).await;

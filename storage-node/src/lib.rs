@@ -8,6 +8,7 @@
 //! Sealion's own `ScanRequest` (proto), so the storage layer stays small and
 //! its fast paths are testable against plain models.
 
+pub mod columnar;
 pub mod engine;
 pub mod error;
 pub mod node;
