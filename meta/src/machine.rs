@@ -17,7 +17,7 @@ use sealion_common::catalog::{
 use sealion_common::time::{DEFAULT_PARTITION_INTERVAL_NS, partition_end};
 use sealion_proto::{
     AddColumns, ClusterState, Column, ColumnKind, CreateDatabase, CreateTable, DataType, Database,
-    DropDatabase, DropTable, EnsurePartitions, MetaCommand, MetaResponse, Partition,
+    DropDatabase, DropTable, EnsurePartitions, ExpirePartitions, MetaCommand, MetaResponse, Partition,
     PartitionState, RegisterNode, StorageNode, Table, meta_command::Cmd,
 };
 
@@ -100,6 +100,7 @@ pub fn apply(state: &mut ClusterState, cmd: &MetaCommand, index: u64) -> MetaRes
         Some(Cmd::DropDatabase(c)) => drop_database(state, c),
         Some(Cmd::RegisterNode(c)) => register_node(state, c),
         Some(Cmd::EnsurePartitions(c)) => ensure_partitions(state, c),
+        Some(Cmd::ExpirePartitions(c)) => expire_partitions(state, c),
     };
     state.version = index;
     match outcome {
@@ -402,6 +403,33 @@ fn drop_table(state: &mut ClusterState, c: &DropTable) -> Outcome {
         table: Some(table),
         ..Default::default()
     })
+}
+
+/// Removes the named partitions from the map; ids it does not have are
+/// ignored, so applying the same expiry twice is harmless.
+fn expire_partitions(state: &mut ClusterState, c: &ExpirePartitions) -> Outcome {
+    let (gone, kept): (Vec<Partition>, Vec<Partition>) = std::mem::take(&mut state.partitions)
+        .into_iter()
+        .partition(|p| c.partition_ids.contains(&p.id));
+    state.partitions = kept;
+    Ok(MetaResponse {
+        partitions: gone,
+        ..Default::default()
+    })
+}
+
+/// Partitions whose end is at or before `now_ns - retention` of their table.
+pub fn expired_partitions(state: &ClusterState, now_ns: i64) -> Vec<u64> {
+    state
+        .partitions
+        .iter()
+        .filter(|p| {
+            state.tables.iter().any(|t| {
+                t.id == p.table_id && t.retention_ns > 0 && p.end_ns <= now_ns.saturating_sub(t.retention_ns)
+            })
+        })
+        .map(|p| p.id)
+        .collect()
 }
 
 fn drop_database(state: &mut ClusterState, c: &DropDatabase) -> Outcome {
@@ -901,6 +929,32 @@ mod tests {
         assert_eq!(t.columns[0].kind(), ColumnKind::Time);
         assert_eq!(t.partition_interval_ns, 3_600_000_000_000);
         assert_eq!(t.schema_version, 1);
+    }
+
+    #[test]
+    fn retention_expires_only_partitions_past_it_and_expiry_is_idempotent() {
+        let mut s = initial_state();
+        let t = cpu_table(&mut s);
+        register(&mut s, 0, "n1:1");
+        let day = DEFAULT_PARTITION_INTERVAL_NS;
+        assert_eq!(ensure(&mut s, t.id, vec![0, day, 2 * day], vec![1]).error, "");
+        // No retention: nothing expires, however old.
+        assert!(expired_partitions(&s, 100 * day).is_empty());
+        s.tables.iter_mut().for_each(|x| x.retention_ns = day);
+        // now = 2.5 days: the partition ending at day 1 is 1.5 days old, the one
+        // ending at day 2 only 0.5 days.
+        let expired = expired_partitions(&s, 2 * day + day / 2);
+        assert_eq!(expired.len(), 1);
+        let first = s.partitions.iter().find(|p| p.start_ns == 0).unwrap().id;
+        assert_eq!(expired, vec![first]);
+        let r = run(&mut s, Cmd::ExpirePartitions(ExpirePartitions { partition_ids: expired.clone() }));
+        assert_eq!(r.error, "");
+        assert_eq!(r.partitions.len(), 1);
+        assert_eq!(s.partitions.len(), 2);
+        let again = run(&mut s, Cmd::ExpirePartitions(ExpirePartitions { partition_ids: expired }));
+        assert_eq!(again.error, "");
+        assert!(again.partitions.is_empty());
+        assert_eq!(s.partitions.len(), 2);
     }
 
     #[test]

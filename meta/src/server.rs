@@ -28,6 +28,8 @@ use crate::{Error, Result};
 
 /// Default for `MetaConfig::node_timeout_ms`.
 pub const DEFAULT_NODE_TIMEOUT_MS: u64 = 5_000;
+/// Default for `MetaConfig::retention_check_interval_ms`.
+pub const DEFAULT_RETENTION_CHECK_INTERVAL_MS: u64 = 60_000;
 /// Build a snapshot after this many log entries since the last one.
 const SNAPSHOT_EVERY_LOGS: u64 = 1_000;
 /// How long a joining replica waits between rounds of asking.
@@ -59,6 +61,9 @@ pub struct MetaConfig {
     pub node_timeout_ms: u64,
     /// Replicas per new partition; capped at the number of storage nodes.
     pub replication_factor: usize,
+    /// How often the leader looks for partitions past their table's
+    /// retention and removes them from the map; 0 turns retention off.
+    pub retention_check_interval_ms: u64,
 }
 
 impl MetaConfig {
@@ -73,6 +78,7 @@ impl MetaConfig {
             join: vec![],
             node_timeout_ms: DEFAULT_NODE_TIMEOUT_MS,
             replication_factor: 1,
+            retention_check_interval_ms: DEFAULT_RETENTION_CHECK_INTERVAL_MS,
         }
     }
 }
@@ -177,15 +183,22 @@ impl MetaServer {
                 }),
         );
 
-        let background = vec![
+        let mut background = vec![
             tokio::spawn(track_leadership(shared.clone())),
             tokio::spawn(form_cluster(
                 shared.clone(),
                 cfg.bootstrap,
                 cfg.join.clone(),
-                stop_rx,
+                stop_rx.clone(),
             )),
         ];
+        if cfg.retention_check_interval_ms > 0 {
+            background.push(tokio::spawn(retention_loop(
+                shared.clone(),
+                Duration::from_millis(cfg.retention_check_interval_ms),
+                stop_rx,
+            )));
+        }
         tracing::info!(node = cfg.node_id, %local_addr, advertise = %addr, "meta replica started");
         Ok(MetaServer {
             shared,
@@ -255,6 +268,38 @@ impl MetaServer {
         }
         tracing::info!(node, "meta replica stopped");
         Ok(())
+    }
+}
+
+/// On the leader, removes partitions whose time has passed their table's
+/// retention from the map, every `interval`. Storage nodes then delete the
+/// rows of partitions the map no longer holds (their sweeper).
+async fn retention_loop(shared: Arc<Shared>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = ticker.tick() => {}
+        }
+        if shared.raft.metrics().borrow().state != ServerState::Leader {
+            continue;
+        }
+        let now_ns = sealion_common::time::now_ms().saturating_mul(1_000_000);
+        let expired = crate::machine::expired_partitions(&shared.state.borrow(), now_ns);
+        if expired.is_empty() {
+            continue;
+        }
+        let count = expired.len();
+        let cmd = sealion_proto::MetaCommand {
+            cmd: Some(sealion_proto::meta_command::Cmd::ExpirePartitions(sealion_proto::ExpirePartitions {
+                partition_ids: expired,
+            })),
+        };
+        match shared.propose(cmd, false).await {
+            Ok(_) => tracing::info!(count, "partitions past retention removed from the map"),
+            Err(e) => tracing::warn!(error = %e, "retention: could not expire partitions"),
+        }
     }
 }
 

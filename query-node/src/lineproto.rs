@@ -18,7 +18,7 @@ use influxdb_line_protocol::{FieldValue, parse_lines, split_lines};
 use sealion_common::catalog::{TIME_COLUMN, TIME_ZONE, arrow_field, find_table, type_name};
 use sealion_common::proto::meta_command::Cmd;
 use sealion_common::proto::{AddColumns, Column, ColumnKind, DataType, Table};
-use sealion_common::time::{DEFAULT_PARTITION_INTERVAL_NS, partition_start};
+use sealion_common::time::{DEFAULT_PARTITION_INTERVAL_NS, partition_end, partition_start};
 use serde::Serialize;
 
 use crate::catalog::Shared;
@@ -344,13 +344,22 @@ pub async fn write(shared: &Shared, db: &str, body: &str, precision: Precision) 
         } else {
             existing.unwrap_or_default()
         };
-        // Times whose partition start is not representable are refused.
+        // Times whose partition start is not representable are refused, and
+        // so are rows that the table's retention would drop at once.
+        let cutoff = crate::router::retention_cutoff_ns(&table, now_ns);
         rows.retain(|r| {
-            if partition_start(r.time_ns, table.partition_interval_ns).is_some() {
-                return true;
+            let Some(start) = partition_start(r.time_ns, table.partition_interval_ns) else {
+                outcome.rejected.push(LineError { line: r.line, error: format!("timestamp {} ns is out of range", r.time_ns) });
+                return false;
+            };
+            if partition_end(start, table.partition_interval_ns) <= cutoff {
+                outcome.rejected.push(LineError {
+                    line: r.line,
+                    error: format!("timestamp {} ns is older than the retention of table {}", r.time_ns, table.name),
+                });
+                return false;
             }
-            outcome.rejected.push(LineError { line: r.line, error: format!("timestamp {} ns is out of range", r.time_ns) });
-            false
+            true
         });
         if rows.is_empty() {
             continue;

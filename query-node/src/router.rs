@@ -22,7 +22,7 @@ use sealion_common::meta_client::MetaClient;
 use sealion_common::proto::meta_command::Cmd;
 use sealion_common::proto::storage_client::StorageClient;
 use sealion_common::proto::{EnsurePartitions, Partition, PartitionRows, Table, WriteRequest};
-use sealion_common::time::partition_start;
+use sealion_common::time::{partition_end, partition_start};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::{Error, Result};
@@ -83,6 +83,16 @@ fn encode_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Partitions that end at or before this time are past `table`'s retention
+/// (`i64::MIN` when the table keeps everything).
+pub fn retention_cutoff_ns(table: &Table, now_ns: i64) -> i64 {
+    if table.retention_ns > 0 {
+        now_ns.saturating_sub(table.retention_ns)
+    } else {
+        i64::MIN
+    }
+}
+
 impl WriteRouter {
     /// Writes `batch`, whose columns are named after `table`'s columns and
     /// include its time column. Returns the number of rows written.
@@ -98,6 +108,7 @@ impl WriteRouter {
             .and_then(|a| a.as_any().downcast_ref::<TimestampNanosecondArray>())
             .ok_or_else(|| Error::Invalid(format!("rows for {} have no {time_name} column", table.name)))?;
         let interval = table.partition_interval_ns;
+        let cutoff = retention_cutoff_ns(table, chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX));
         let mut rows_by_start: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
         for i in 0..times.len() {
             if times.is_null(i) {
@@ -106,6 +117,13 @@ impl WriteRouter {
             let t = times.value(i);
             let start = partition_start(t, interval)
                 .ok_or_else(|| Error::Invalid(format!("timestamp {t} is out of range")))?;
+            if partition_end(start, interval) <= cutoff {
+                return Err(Error::Invalid(format!(
+                    "row {} has time {t} ns, older than the retention of table {}",
+                    i + 1,
+                    table.name
+                )));
+            }
             rows_by_start.entry(start).or_default().push(i as u32);
         }
         let partitions = self.partitions_for(table, rows_by_start.keys().copied().collect()).await?;

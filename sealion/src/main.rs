@@ -58,6 +58,12 @@ struct StandaloneArgs {
     /// Most PostgreSQL connections served at once.
     #[arg(long, env = "SEALION_PG_MAX_CONNECTIONS", default_value_t = 256)]
     pg_max_connections: usize,
+    /// How often meta removes partitions past their table's retention (0: never).
+    #[arg(long, env = "SEALION_RETENTION_CHECK_INTERVAL_MS", default_value_t = 60_000)]
+    retention_check_interval_ms: u64,
+    /// How often the storage node deletes rows of partitions meta no longer maps (0: never).
+    #[arg(long, env = "SEALION_SWEEP_INTERVAL_MS", default_value_t = 60_000)]
+    sweep_interval_ms: u64,
 }
 
 #[derive(Args, Debug)]
@@ -86,6 +92,9 @@ struct MetaArgs {
     /// Replicas per new partition (capped at the number of storage nodes).
     #[arg(long, env = "SEALION_REPLICATION_FACTOR", default_value_t = 1)]
     replication_factor: usize,
+    /// How often meta removes partitions past their table's retention (0: never).
+    #[arg(long, env = "SEALION_RETENTION_CHECK_INTERVAL_MS", default_value_t = 60_000)]
+    retention_check_interval_ms: u64,
 }
 
 #[derive(Args, Debug)]
@@ -105,6 +114,9 @@ struct StorageArgs {
     /// Interval between heartbeats to meta.
     #[arg(long, env = "SEALION_HEARTBEAT_INTERVAL_MS", default_value_t = 1_000)]
     heartbeat_interval_ms: u64,
+    /// How often the storage node deletes rows of partitions meta no longer maps (0: never).
+    #[arg(long, env = "SEALION_SWEEP_INTERVAL_MS", default_value_t = 60_000)]
+    sweep_interval_ms: u64,
 }
 
 #[derive(Args, Debug)]
@@ -161,6 +173,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 join: a.join,
                 node_timeout_ms: a.node_timeout_ms,
                 replication_factor: a.replication_factor,
+                retention_check_interval_ms: a.retention_check_interval_ms,
             })
             .await
             .context("starting meta")?;
@@ -176,6 +189,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 data_dir: a.data_dir,
                 meta_addrs: a.meta,
                 heartbeat_interval_ms: a.heartbeat_interval_ms,
+                sweep_interval_ms: a.sweep_interval_ms,
             })
             .await
             .context("starting storage node")?;
@@ -214,6 +228,7 @@ async fn standalone(a: StandaloneArgs) -> anyhow::Result<()> {
         join: vec![],
         node_timeout_ms: 5_000,
         replication_factor: 1,
+        retention_check_interval_ms: a.retention_check_interval_ms,
     })
     .await
     .context("starting meta")?;
@@ -224,6 +239,7 @@ async fn standalone(a: StandaloneArgs) -> anyhow::Result<()> {
         data_dir: a.data_dir.join("storage"),
         meta_addrs: vec![meta_addr.clone()],
         heartbeat_interval_ms: 1_000,
+        sweep_interval_ms: a.sweep_interval_ms,
     })
     .await
     .context("starting storage")?;

@@ -17,6 +17,10 @@ struct Standalone {
 }
 
 async fn start_standalone() -> Standalone {
+    start_standalone_with(&[]).await
+}
+
+async fn start_standalone_with(extra: &[&str]) -> Standalone {
     let dir = tempfile::tempdir().unwrap();
     let http_addr = format!("127.0.0.1:{}", free_port());
     let pg_addr = format!("127.0.0.1:{}", free_port());
@@ -29,6 +33,7 @@ async fn start_standalone() -> Standalone {
         "--pg-addr".into(),
         pg_addr.clone(),
     ];
+    let args: Vec<String> = args.into_iter().chain(extra.iter().map(|s| s.to_string())).collect();
     let proc_ = Proc::start("standalone", &args, dir.path());
     let http = Http::new(&http_addr);
     wait_healthy(&http, &proc_).await;
@@ -271,4 +276,51 @@ async fn settings_come_from_a_toml_file() {
     wait_healthy(&Http::new(&http_addr), &p).await;
     let _pg = pg_connect(&pg_addr, "public").await;
     assert!(dir.path().join("from-toml").join("meta").exists(), "data went to the configured directory");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_refuses_old_rows_and_drops_whole_partitions_from_meta_and_storage() {
+    let s = start_standalone_with(&["--retention-check-interval-ms", "200", "--sweep-interval-ms", "200"]).await;
+    let pg = pg_connect(&s.pg_addr, "public").await;
+    pg.simple_query(
+        "CREATE TABLE r (host TEXT, v DOUBLE, time TIMESTAMP NOT NULL, PRIMARY KEY (host, time)) \
+         WITH (retention = '3s', partition_interval = '1s')",
+    )
+    .await
+    .unwrap();
+    let now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+    let second = 1_000_000_000i64;
+    // A row already past the retention is refused by line; the others are kept.
+    let body = format!("r,host=a v=1.0 {}\nr,host=a v=2.0 {}\nr,host=b v=3.0 {}\n", now_ns - 60 * second, now_ns, now_ns - second);
+    let (status, text) = s.http.write("public", body).await;
+    assert_eq!(status, 400, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["rows_written"], 2, "{text}");
+    assert_eq!(v["rejected"][0]["line"], 1, "{text}");
+    assert!(text.contains("retention"), "{text}");
+    // INSERT refuses such rows too.
+    let e = pg
+        .simple_query(&format!("INSERT INTO r (host, v, time) VALUES ('c', 1.0, to_timestamp_nanos({}))", now_ns - 60 * second))
+        .await
+        .unwrap_err();
+    let msg = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+    assert!(msg.contains("retention"), "{e:?}");
+    let parts = s.http.rows("public", "SELECT count(*) FROM system.partitions WHERE table_name = 'r'").await;
+    assert_eq!(parts[0][0], 2, "one partition per second written");
+
+    // Seconds later both partitions are past the retention: meta drops them
+    // from the map, and the storage node deletes their rows.
+    eventually("the partitions to expire", Duration::from_secs(30), || async {
+        let rows = s.http.rows("public", "SELECT count(*) FROM system.partitions WHERE table_name = 'r'").await;
+        (rows[0][0] == 0).then_some(())
+    })
+    .await;
+    assert_eq!(s.http.rows("public", "SELECT count(*) FROM r").await[0][0], 0);
+    eventually("storage to sweep the expired partitions", Duration::from_secs(30), || async {
+        let text = s.http.client.get(format!("{}/metrics", s.http.base)).send().await.ok()?.text().await.ok()?;
+        text.lines()
+            .any(|l| l.starts_with("sealion_storage_partitions_swept_total") && l.ends_with(" 2"))
+            .then_some(())
+    })
+    .await;
 }

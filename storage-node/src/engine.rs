@@ -120,6 +120,29 @@ impl Engine {
         Ok(stats)
     }
 
+    /// Ids of the partitions this node holds rows of, in order. Seeks from
+    /// one partition's prefix to the next, so it costs one seek per
+    /// partition, not one step per row.
+    pub fn partition_ids(&self) -> Result<Vec<u64>> {
+        let mut ids = Vec::new();
+        let mut next: Option<u64> = Some(0);
+        while let Some(from) = next {
+            let prefix = partition_prefix(from);
+            let mut it = self.db.iterator(IteratorMode::From(&prefix, Direction::Forward));
+            let Some(item) = it.next() else { break };
+            let (key, _) = item?;
+            let Some((pid, _, _)) = decode_key(&key) else {
+                return Err(Error::Corrupt {
+                    partition_id: from,
+                    reason: "bad key while listing partitions".into(),
+                });
+            };
+            ids.push(pid);
+            next = pid.checked_add(1);
+        }
+        Ok(ids)
+    }
+
     /// Deletes every row of the given partitions (synced).
     pub fn drop_partitions(&self, partition_ids: &[u64]) -> Result<()> {
         let mut batch = WriteBatch::default();
@@ -135,5 +158,54 @@ impl Engine {
         opts.set_sync(true);
         self.db.write_opt(batch, &opts)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Float64Array, StringArray, TimestampNanosecondArray};
+    use sealion_common::proto::{ColumnKind, DataType};
+
+    fn columns() -> Vec<Column> {
+        let c = |n: &str, k: ColumnKind, t: DataType| Column {
+            name: n.into(),
+            kind: k as i32,
+            data_type: t as i32,
+        };
+        vec![
+            c("time", ColumnKind::Time, DataType::Timestamp),
+            c("host", ColumnKind::Tag, DataType::String),
+            c("v", ColumnKind::Field, DataType::Float64),
+        ]
+    }
+
+    fn batch(rows: &[(&str, i64, f64)]) -> RecordBatch {
+        RecordBatch::try_new(
+            sealion_common::catalog::arrow_schema(&columns()),
+            vec![
+                Arc::new(TimestampNanosecondArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()).with_timezone("UTC")),
+                Arc::new(StringArray::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())),
+                Arc::new(Float64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn partitions_are_listed_and_dropped_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(dir.path()).unwrap();
+        assert_eq!(e.partition_ids().unwrap(), Vec::<u64>::new());
+        let cols = columns();
+        e.write(&cols, &[(3, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0)])]), (7, vec![batch(&[("a", 5, 3.0)])])])
+            .unwrap();
+        e.write(&cols, &[(u64::MAX, vec![batch(&[("z", 9, 9.0)])])]).unwrap();
+        assert_eq!(e.partition_ids().unwrap(), vec![3, 7, u64::MAX]);
+        assert_eq!(e.stats(3).unwrap().rows, 2);
+        e.drop_partitions(&[3, u64::MAX]).unwrap();
+        assert_eq!(e.partition_ids().unwrap(), vec![7]);
+        assert_eq!(e.stats(3).unwrap().rows, 0);
+        assert_eq!(e.stats(7).unwrap().rows, 1);
     }
 }

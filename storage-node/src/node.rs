@@ -28,6 +28,9 @@ pub struct StorageConfig {
     pub data_dir: PathBuf,
     pub meta_addrs: Vec<String>,
     pub heartbeat_interval_ms: u64,
+    /// How often the node deletes the rows of partitions that meta no longer
+    /// maps (expired by retention, or of dropped tables); 0 turns it off.
+    pub sweep_interval_ms: u64,
 }
 
 pub struct StorageServer {
@@ -36,6 +39,7 @@ pub struct StorageServer {
     shutdown_tx: Option<oneshot::Sender<()>>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     heartbeat: JoinHandle<()>,
+    sweeper: Option<JoinHandle<()>>,
 }
 
 const NODE_ID_FILE: &str = "node_id";
@@ -89,7 +93,9 @@ impl StorageServer {
                 }),
         );
         let interval = Duration::from_millis(cfg.heartbeat_interval_ms.max(50));
-        let heartbeat = tokio::spawn(heartbeat_loop(ctx, advertise.clone(), interval));
+        let heartbeat = tokio::spawn(heartbeat_loop(ctx.clone(), advertise.clone(), interval));
+        let sweeper = (cfg.sweep_interval_ms > 0)
+            .then(|| tokio::spawn(sweep_loop(ctx, Duration::from_millis(cfg.sweep_interval_ms))));
         tracing::info!(node_id, addr = %advertise, "storage node serving");
         Ok(StorageServer {
             local_addr,
@@ -97,6 +103,7 @@ impl StorageServer {
             shutdown_tx: Some(shutdown_tx),
             server,
             heartbeat,
+            sweeper,
         })
     }
 
@@ -114,6 +121,9 @@ impl StorageServer {
             let _ = tx.send(());
         }
         self.heartbeat.abort();
+        if let Some(s) = &self.sweeper {
+            s.abort();
+        }
         match (&mut self.server).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(Error::Internal(format!("server: {e}"))),
@@ -151,6 +161,47 @@ async fn heartbeat_loop(ctx: Arc<NodeContext>, addr: String, interval: Duration)
                 }
             }
             Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
+        }
+    }
+}
+
+/// Deletes the rows of partitions that meta no longer maps. Only partitions
+/// meta has certainly created and since removed are deleted: the map is read
+/// linearizably, and a partition id at or above `next_partition_id` (one this
+/// node cannot know yet) is never touched.
+pub async fn sweep_once(ctx: &NodeContext) -> Result<Vec<u64>> {
+    let engine = ctx.engine.clone();
+    let local = tokio::task::spawn_blocking(move || engine.partition_ids())
+        .await
+        .map_err(|e| Error::Internal(format!("sweep task failed: {e}")))??;
+    if local.is_empty() {
+        return Ok(vec![]);
+    }
+    let state = ctx.meta.get_state(true).await?.state.unwrap_or_default();
+    let doomed: Vec<u64> = local
+        .into_iter()
+        .filter(|pid| *pid < state.next_partition_id && !state.partitions.iter().any(|p| p.id == *pid))
+        .collect();
+    if doomed.is_empty() {
+        return Ok(doomed);
+    }
+    let engine = ctx.engine.clone();
+    let ids = doomed.clone();
+    tokio::task::spawn_blocking(move || engine.drop_partitions(&ids))
+        .await
+        .map_err(|e| Error::Internal(format!("sweep task failed: {e}")))??;
+    metrics::counter!("sealion_storage_partitions_swept_total").increment(doomed.len() as u64);
+    tracing::info!(partitions = ?doomed, "deleted rows of partitions meta no longer maps");
+    Ok(doomed)
+}
+
+async fn sweep_loop(ctx: Arc<NodeContext>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if let Err(e) = sweep_once(&ctx).await {
+            tracing::warn!(error = %e, "sweep failed");
         }
     }
 }
