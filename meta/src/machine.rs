@@ -17,7 +17,7 @@ use sealion_common::catalog::{
 use sealion_common::time::{DEFAULT_PARTITION_INTERVAL_NS, partition_end};
 use sealion_proto::{
     AddColumns, ClusterState, Column, ColumnKind, CreateDatabase, CreateTable, DataType, Database,
-    DropDatabase, DropTable, EnsurePartitions, ExpirePartitions, MetaCommand, MetaResponse, Partition,
+    DropDatabase, DropTable, EnsurePartitions, ExpirePartitions, MetaCommand, SetPartitionState, MetaResponse, Partition,
     PartitionState, RegisterNode, StorageNode, Table, meta_command::Cmd,
 };
 
@@ -101,6 +101,7 @@ pub fn apply(state: &mut ClusterState, cmd: &MetaCommand, index: u64) -> MetaRes
         Some(Cmd::RegisterNode(c)) => register_node(state, c),
         Some(Cmd::EnsurePartitions(c)) => ensure_partitions(state, c),
         Some(Cmd::ExpirePartitions(c)) => expire_partitions(state, c),
+        Some(Cmd::SetPartitionState(c)) => set_partition_state(state, c),
     };
     state.version = index;
     match outcome {
@@ -414,6 +415,20 @@ fn expire_partitions(state: &mut ClusterState, c: &ExpirePartitions) -> Outcome 
     state.partitions = kept;
     Ok(MetaResponse {
         partitions: gone,
+        ..Default::default()
+    })
+}
+
+fn set_partition_state(state: &mut ClusterState, c: &SetPartitionState) -> Outcome {
+    let Some(p) = state.partitions.iter_mut().find(|p| p.id == c.partition_id) else {
+        return Err(Refusal::new(kind::NOT_FOUND, format!("partition {} does not exist", c.partition_id)));
+    };
+    if c.state == PartitionState::Unspecified as i32 || PartitionState::try_from(c.state).is_err() {
+        return Err(invalid(format!("partition state {} is not a state", c.state)));
+    }
+    p.state = c.state;
+    Ok(MetaResponse {
+        partitions: vec![p.clone()],
         ..Default::default()
     })
 }
@@ -955,6 +970,24 @@ mod tests {
         assert_eq!(again.error, "");
         assert!(again.partitions.is_empty());
         assert_eq!(s.partitions.len(), 2);
+    }
+
+    #[test]
+    fn partition_state_changes_are_recorded_and_checked() {
+        let mut s = initial_state();
+        let t = cpu_table(&mut s);
+        register(&mut s, 0, "n1:1");
+        assert_eq!(ensure(&mut s, t.id, vec![0], vec![1]).error, "");
+        let pid = s.partitions[0].id;
+        assert_eq!(s.partitions[0].state(), PartitionState::Open);
+        let r = run(&mut s, Cmd::SetPartitionState(SetPartitionState { partition_id: pid, state: PartitionState::Sealed as i32 }));
+        assert_eq!(r.error, "");
+        assert_eq!(s.partitions[0].state(), PartitionState::Sealed);
+        let r = run(&mut s, Cmd::SetPartitionState(SetPartitionState { partition_id: pid + 99, state: PartitionState::Sealed as i32 }));
+        assert_eq!(r.error_kind, kind::NOT_FOUND);
+        let r = run(&mut s, Cmd::SetPartitionState(SetPartitionState { partition_id: pid, state: 42 }));
+        assert!(!r.error.is_empty());
+        assert_eq!(s.partitions[0].state(), PartitionState::Sealed);
     }
 
     #[test]

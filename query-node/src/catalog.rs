@@ -284,10 +284,10 @@ impl SystemSchema {
                 (node_id, client.stats(req).await.ok().map(|r| r.into_inner().stats))
             });
         }
-        let mut stats: HashMap<(u64, u64), (u64, u64)> = HashMap::new();
+        let mut stats: HashMap<(u64, u64), sealion_common::proto::PartitionStats> = HashMap::new();
         for (node_id, reply) in futures::future::join_all(calls).await {
             for s in reply.unwrap_or_default() {
-                stats.insert((node_id, s.partition_id), (s.rows, s.bytes));
+                stats.insert((node_id, s.partition_id), s);
             }
         }
         let mut db = Vec::new();
@@ -300,6 +300,7 @@ impl SystemSchema {
         let mut pstate = Vec::new();
         let mut rows = Vec::new();
         let mut bytes = Vec::new();
+        let mut late = Vec::new();
         let mut shard = Vec::new();
         let mut parts: Vec<_> = state.partitions.iter().collect();
         parts.sort_by_key(|p| (p.table_id, p.start_ns));
@@ -320,8 +321,9 @@ impl SystemSchema {
                     _ => "open",
                 });
                 let s = stats.get(&(*n, p.id));
-                rows.push(s.map(|s| s.0));
-                bytes.push(s.map(|s| s.1));
+                rows.push(s.map(|s| s.rows));
+                bytes.push(s.map(|s| s.bytes));
+                late.push(s.map(|s| s.late_rows));
             }
         }
         let n = db.len();
@@ -338,6 +340,7 @@ impl SystemSchema {
                 Field::new("state", DataType::Utf8, false),
                 Field::new("rows", DataType::UInt64, true),
                 Field::new("bytes", DataType::UInt64, true),
+                Field::new("late_rows", DataType::UInt64, true),
                 Field::new("reachable", DataType::Boolean, false),
             ],
             vec![
@@ -352,6 +355,7 @@ impl SystemSchema {
                 Arc::new(StringArray::from(pstate)),
                 Arc::new(UInt64Array::from(rows.clone())),
                 Arc::new(UInt64Array::from(bytes)),
+                Arc::new(UInt64Array::from(late)),
                 Arc::new(BooleanArray::from((0..n).map(|i| rows[i].is_some()).collect::<Vec<_>>())),
             ],
         )

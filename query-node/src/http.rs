@@ -28,6 +28,7 @@ pub fn router(ctx: Arc<QueryContext>) -> Router {
     Router::new()
         .route("/api/v1/write", axum::routing::post(write))
         .route("/api/v1/sql", get(sql).post(sql))
+        .route("/api/v1/admin/seal", axum::routing::post(admin_seal))
         .route("/health", get(health))
         .route("/metrics", get(metrics_text))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -279,4 +280,55 @@ async fn metrics_text() -> Response {
             .into_response(),
         None => (StatusCode::SERVICE_UNAVAILABLE, "metrics recorder not installed").into_response(),
     }
+}
+
+/// Seals every partition of `?table=` (in `?db=`) whose end has passed,
+/// whatever its idle time, and answers with what each node did.
+async fn admin_seal(State(ctx): State<Arc<QueryContext>>, Query(params): Query<HashMap<String, String>>) -> Response {
+    let db = database(&params);
+    let Some(table_name) = params.get("table").filter(|t| !t.is_empty()) else {
+        return error_response(&Error::Invalid("name the table with ?table=".into()));
+    };
+    let state = ctx.shared.meta.state();
+    let Some(table) = sealion_common::catalog::find_table(&state, &db, table_name) else {
+        return error_response(&Error::TableNotFound(format!("{db}.{table_name}")));
+    };
+    let now_ns = sealion_common::time::now_ms().saturating_mul(1_000_000);
+    let mut by_node: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+    for p in state.partitions.iter().filter(|p| p.table_id == table.id && p.end_ns <= now_ns) {
+        if let Some(n) = p.replicas.first() {
+            by_node.entry(*n).or_default().push(p.id);
+        }
+    }
+    let mut results = Vec::new();
+    for (node_id, ids) in by_node {
+        let Some(addr) = sealion_common::catalog::node(&state, node_id).map(|n| n.addr.clone()) else {
+            return error_response(&Error::Unavailable(format!("storage node {node_id} is unknown")));
+        };
+        let reply = match ctx.shared.storage.storage(&addr) {
+            Ok(mut c) => c
+                .seal(sealion_common::proto::SealRequest { partition_ids: ids, ignore_idle: true })
+                .await
+                .map_err(|s| Error::Unavailable(format!("storage node {node_id} at {addr}: {}", s.message()))),
+            Err(e) => Err(e),
+        };
+        match reply {
+            Ok(r) => {
+                for x in r.into_inner().results {
+                    let p = state.partitions.iter().find(|p| p.id == x.partition_id);
+                    results.push(json!({
+                        "partition_id": x.partition_id,
+                        "node_id": node_id,
+                        "start_ns": p.map(|p| p.start_ns),
+                        "end_ns": p.map(|p| p.end_ns),
+                        "outcome": x.outcome,
+                        "rows": x.rows,
+                        "bytes": x.bytes,
+                    }));
+                }
+            }
+            Err(e) => return error_response(&e),
+        }
+    }
+    axum::Json(json!({ "database": db, "table": table_name, "partitions": results })).into_response()
 }

@@ -64,6 +64,15 @@ struct StandaloneArgs {
     /// How often the storage node deletes rows of partitions meta no longer maps (0: never).
     #[arg(long, env = "SEALION_SWEEP_INTERVAL_MS", default_value_t = 60_000)]
     sweep_interval_ms: u64,
+    /// How often the storage node looks for partitions to seal (0: only on demand).
+    #[arg(long, env = "SEALION_SEAL_CHECK_INTERVAL_MS", default_value_t = 30_000)]
+    seal_check_interval_ms: u64,
+    /// A partition whose end has passed is sealed after this long without a write.
+    #[arg(long, env = "SEALION_SEAL_IDLE_MS", default_value_t = 300_000)]
+    seal_idle_ms: u64,
+    /// A sealed partition is sealed again once its late rows pass this fraction of its rows.
+    #[arg(long, env = "SEALION_RESEAL_FRACTION", default_value_t = 0.1)]
+    reseal_fraction: f64,
 }
 
 #[derive(Args, Debug)]
@@ -117,6 +126,15 @@ struct StorageArgs {
     /// How often the storage node deletes rows of partitions meta no longer maps (0: never).
     #[arg(long, env = "SEALION_SWEEP_INTERVAL_MS", default_value_t = 60_000)]
     sweep_interval_ms: u64,
+    /// How often the storage node looks for partitions to seal (0: only on demand).
+    #[arg(long, env = "SEALION_SEAL_CHECK_INTERVAL_MS", default_value_t = 30_000)]
+    seal_check_interval_ms: u64,
+    /// A partition whose end has passed is sealed after this long without a write.
+    #[arg(long, env = "SEALION_SEAL_IDLE_MS", default_value_t = 300_000)]
+    seal_idle_ms: u64,
+    /// A sealed partition is sealed again once its late rows pass this fraction of its rows.
+    #[arg(long, env = "SEALION_RESEAL_FRACTION", default_value_t = 0.1)]
+    reseal_fraction: f64,
 }
 
 #[derive(Args, Debug)]
@@ -190,6 +208,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 meta_addrs: a.meta,
                 heartbeat_interval_ms: a.heartbeat_interval_ms,
                 sweep_interval_ms: a.sweep_interval_ms,
+                seal_check_interval_ms: a.seal_check_interval_ms,
+                seal_idle_ms: a.seal_idle_ms,
+                reseal_fraction: a.reseal_fraction,
             })
             .await
             .context("starting storage node")?;
@@ -240,6 +261,9 @@ async fn standalone(a: StandaloneArgs) -> anyhow::Result<()> {
         meta_addrs: vec![meta_addr.clone()],
         heartbeat_interval_ms: 1_000,
         sweep_interval_ms: a.sweep_interval_ms,
+        seal_check_interval_ms: a.seal_check_interval_ms,
+        seal_idle_ms: a.seal_idle_ms,
+        reseal_fraction: a.reseal_fraction,
     })
     .await
     .context("starting storage")?;

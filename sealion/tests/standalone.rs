@@ -324,3 +324,108 @@ async fn retention_refuses_old_rows_and_drops_whole_partitions_from_meta_and_sto
     })
     .await;
 }
+
+async fn admin_seal(http: &Http, table: &str) -> Vec<String> {
+    let r = http
+        .client
+        .post(format!("{}/api/v1/admin/seal?db=public&table={table}", http.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: serde_json::Value = r.json().await.unwrap();
+    v["partitions"].as_array().unwrap().iter().map(|p| p["outcome"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealing_on_demand_keeps_answers_and_late_rows_win_until_a_reseal() {
+    let mut s = start_standalone_with(&["--seal-check-interval-ms", "0"]).await;
+    let data = Dataset { hosts: 10, days: 3, step_s: 300 };
+    for batch in data.batches(2_000) {
+        let (status, body) = s.http.write("public", batch).await;
+        assert_eq!(status, 204, "{body}");
+    }
+    check_per_host(&s.http, &s.pg_addr, &data).await;
+    assert_eq!(admin_seal(&s.http, "cpu").await, vec!["sealed"; 3]);
+    let parts = s.http.rows("public", "SELECT state, rows, late_rows FROM system.partitions WHERE table_name = 'cpu'").await;
+    assert_eq!(parts.len(), 3);
+    for p in &parts {
+        assert_eq!(p[0], "sealed");
+        assert_eq!(p[1], 10 * 288);
+        assert_eq!(p[2], 0);
+    }
+    check_per_host(&s.http, &s.pg_addr, &data).await;
+    let (status, body) = s.http.sql("public", "SELECT count(*) FROM cpu WHERE host = 'host_3' AND time >= '2024-01-02T06:00:00Z' AND time < '2024-01-02T07:00:00Z'").await;
+    assert_eq!((status, body["rows"][0][0].as_i64()), (200, Some(12)));
+
+    // Late rows: one replaces a sealed row, one is new; both visible at once.
+    let t0 = DAY0_S * 1_000_000_000;
+    let (status, _) = s.http.write("public", format!("cpu,host=host_0,region=r0 usage=1000.0,n=1i {t0}\ncpu,host=host_new,region=r9 usage=5.0,n=5i {}\n", t0 + 1)).await;
+    assert_eq!(status, 204);
+    let v = s.http.rows("public", "SELECT usage FROM cpu WHERE host = 'host_0' AND time = '2024-01-01T00:00:00Z'").await;
+    assert_eq!(v, vec![vec![serde_json::json!(1000.0)]]);
+    let late = s.http.rows("public", "SELECT late_rows, rows FROM system.partitions WHERE table_name = 'cpu' ORDER BY start LIMIT 1").await;
+    assert_eq!(late[0], vec![serde_json::json!(2), serde_json::json!(10 * 288 + 1)]);
+    let outcomes = admin_seal(&s.http, "cpu").await;
+    assert_eq!(outcomes.iter().filter(|o| *o == "resealed").count(), 1, "{outcomes:?}");
+    assert_eq!(outcomes.iter().filter(|o| *o == "already_sealed").count(), 2, "{outcomes:?}");
+    let late = s.http.rows("public", "SELECT late_rows, rows FROM system.partitions WHERE table_name = 'cpu' ORDER BY start LIMIT 1").await;
+    assert_eq!(late[0], vec![serde_json::json!(0), serde_json::json!(10 * 288 + 1)]);
+    let v = s.http.rows("public", "SELECT usage FROM cpu WHERE host = 'host_0' AND time = '2024-01-01T00:00:00Z'").await;
+    assert_eq!(v, vec![vec![serde_json::json!(1000.0)]]);
+
+    // Put the model's row back, drop the extra host, and everything still
+    // equals the model, before and after a restart.
+    let (status, _) = s.http.write("public", format!("cpu,host=host_0,region=r0 usage={}.0,n={}i {t0}\n", Dataset::value(0, DAY0_S), Dataset::value(0, DAY0_S))).await;
+    assert_eq!(status, 204);
+    let rows = s.http.rows("public", &format!("SELECT count(*) FROM cpu WHERE host <> 'host_new'")).await;
+    assert_eq!(rows[0][0].as_u64().unwrap() as usize, data.rows().len());
+    s.proc_.stop();
+    s.proc_.restart();
+    wait_healthy(&s.http, &s.proc_).await;
+    let v = s.http.rows("public", "SELECT usage FROM cpu WHERE host = 'host_new'").await;
+    assert_eq!(v, vec![vec![serde_json::json!(5.0)]]);
+    let rows = s
+        .http
+        .rows("public", "SELECT host, count(*), sum(usage), max(usage) FROM cpu WHERE host <> 'host_new' GROUP BY host ORDER BY host")
+        .await;
+    let got: Vec<(String, i64, f64, f64)> = rows
+        .iter()
+        .map(|r| (r[0].as_str().unwrap().to_string(), r[1].as_i64().unwrap(), r[2].as_f64().unwrap(), r[3].as_f64().unwrap()))
+        .collect();
+    assert_eq!(got, data.per_host());
+    let (status, _) = s.http.sql("public", "SELECT 1").await;
+    assert_eq!(status, 200);
+    let r = s.http.client.post(format!("{}/api/v1/admin/seal?table=nope", s.http.base)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_whose_time_has_passed_are_sealed_automatically_once_idle() {
+    let s = start_standalone_with(&["--seal-check-interval-ms", "200", "--seal-idle-ms", "300"]).await;
+    let data = Dataset { hosts: 4, days: 2, step_s: 600 };
+    for batch in data.batches(5_000) {
+        let (status, body) = s.http.write("public", batch).await;
+        assert_eq!(status, 204, "{body}");
+    }
+    // A partition that has not ended is never sealed.
+    let now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let (status, _) = s.http.write("public", format!("cpu,host=now,region=r0 usage=1.0,n=1i {now_ns}\n")).await;
+    assert_eq!(status, 204);
+    eventually("past partitions to be sealed", Duration::from_secs(60), || async {
+        let rows = s.http.rows("public", "SELECT count(*) FROM system.partitions WHERE table_name = 'cpu' AND state = 'sealed'").await;
+        (rows[0][0] == 2).then_some(())
+    })
+    .await;
+    let open = s.http.rows("public", "SELECT state FROM system.partitions WHERE table_name = 'cpu' AND \"end\" > now()").await;
+    assert_eq!(open, vec![vec![serde_json::json!("open")]]);
+    let rows = s
+        .http
+        .rows("public", "SELECT host, count(*), sum(usage), max(usage) FROM cpu WHERE host <> 'now' GROUP BY host ORDER BY host")
+        .await;
+    let got: Vec<(String, i64, f64, f64)> = rows
+        .iter()
+        .map(|r| (r[0].as_str().unwrap().to_string(), r[1].as_i64().unwrap(), r[2].as_f64().unwrap(), r[3].as_f64().unwrap()))
+        .collect();
+    assert_eq!(got, data.per_host());
+}

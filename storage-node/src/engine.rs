@@ -1,42 +1,209 @@
-//! The storage engine of the open partitions: one RocksDB instance per node.
+//! The storage engine of a node: open partitions in RocksDB, sealed
+//! partitions in Sealion's column files, and the switch from one to the
+//! other.
 //!
 //! Every call here blocks on disk; async callers run them on the blocking
 //! pool. A write returns only after RocksDB has synced its WAL, so an
 //! acknowledged write survives a crash of the process or the machine.
+//!
+//! Sealing a partition writes a column file beside the open rows from a
+//! RocksDB snapshot, renames it into place, and then, in one synced RocksDB
+//! batch, records the file and deletes exactly the open rows the file holds
+//! (a row rewritten after the snapshot stays, as a late row). Until that
+//! batch commits the file is not part of the partition, so a crash at any
+//! point loses nothing and duplicates nothing: on restart a file that no
+//! batch recorded is deleted and the rows are still in RocksDB.
+//!
+//! Rows written to a sealed partition (late rows) go to RocksDB like any
+//! other row; every read merges them over the file, the later write winning
+//! on (series, time), and a reseal folds them in.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
 
 use arrow::record_batch::RecordBatch;
-use rocksdb::{DB, Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions};
+use rocksdb::{
+    ColumnFamilyDescriptor, DB, DBAccess, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
+    WriteOptions,
+};
 use sealion_common::proto::{Column, ScanRequest};
 
 use crate::rows::{BatchBuilder, decode_key, encode_batch, partition_prefix};
+use crate::sealed::{SealedFile, SortedRow, write_sealed};
 use crate::{Error, Result};
 
 /// Rows per Arrow batch that a scan emits.
 pub const SCAN_BATCH_ROWS: usize = 8_192;
 
+/// Column family that records which file holds each sealed partition.
+const SEALED_CF: &str = "sealed";
+const SEALED_DIR: &str = "sealed";
+const FILE_SUFFIX: &str = "slf";
+
+/// Points at which a test can make a seal fail, as a crash there would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealFailPoint {
+    /// The new file is written (not yet renamed into place).
+    AfterWrite,
+    /// The new file is in place but not recorded.
+    AfterRename,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealOutcome {
+    /// The partition had no rows.
+    Empty,
+    /// Sealed and nothing written since.
+    AlreadySealed,
+    Sealed { rows: u64, bytes: u64 },
+    /// An existing file and late rows were folded into a new file.
+    Resealed { rows: u64, bytes: u64 },
+}
+
 #[derive(Clone)]
 pub struct Engine {
     db: Arc<DB>,
+    sealed_dir: PathBuf,
+    sealed: Arc<RwLock<HashMap<u64, Arc<SealedFile>>>>,
+    /// Writes and scans hold it shared; the commit of a seal holds it
+    /// exclusively, for the moment it takes to swap open rows for the file.
+    swap: Arc<RwLock<()>>,
+    /// One seal at a time.
+    sealing: Arc<Mutex<()>>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Rows a scan of the whole partition returns.
     pub rows: u64,
     pub bytes: u64,
+    pub sealed: bool,
+    pub sealed_rows: u64,
+    /// Rows in RocksDB for a sealed partition (written after sealing).
+    pub late_rows: u64,
+}
+
+fn poisoned() -> Error {
+    Error::Internal("engine lock poisoned".into())
+}
+
+fn key_order(a: &SortedRow, b: &SortedRow) -> Ordering {
+    (a.series.len(), &a.series[..], a.time_ns).cmp(&(b.series.len(), &b.series[..], b.time_ns))
+}
+
+/// Merges two row streams in key order; on equal keys the row of `late`
+/// wins (it was written after the other).
+fn merge_rows<'a>(
+    base: impl Iterator<Item = Result<SortedRow>> + 'a,
+    late: impl Iterator<Item = Result<SortedRow>> + 'a,
+) -> impl Iterator<Item = Result<SortedRow>> + 'a {
+    let mut base = base.peekable();
+    let mut late = late.peekable();
+    std::iter::from_fn(move || {
+        let order = match (base.peek(), late.peek()) {
+            (None, None) => return None,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(Err(_)), _) => Ordering::Less,
+            (_, Some(Err(_))) => Ordering::Greater,
+            (Some(Ok(a)), Some(Ok(b))) => key_order(a, b),
+        };
+        match order {
+            Ordering::Less => base.next(),
+            Ordering::Greater => late.next(),
+            Ordering::Equal => {
+                base.next();
+                late.next()
+            }
+        }
+    })
+}
+
+/// The rows of `partition_id` in `db` (a DB or a snapshot), in key order.
+fn rocks_rows<'a, D: DBAccess>(
+    iter: rocksdb::DBIteratorWithThreadMode<'a, D>,
+    partition_id: u64,
+) -> impl Iterator<Item = Result<SortedRow>> + 'a {
+    iter.map(move |item| {
+        let (key, value) = item?;
+        let (_, series, time_ns) = decode_key(&key).ok_or_else(|| Error::Corrupt {
+            partition_id,
+            reason: "bad key".into(),
+        })?;
+        Ok(SortedRow {
+            series: series.to_vec(),
+            time_ns,
+            value: value.to_vec(),
+        })
+    })
+}
+
+fn partition_read_options(partition_id: u64) -> ReadOptions {
+    let mut ro = ReadOptions::default();
+    if let Some(next) = partition_id.checked_add(1) {
+        ro.set_iterate_upper_bound(partition_prefix(next).to_vec());
+    }
+    ro
 }
 
 impl Engine {
-    pub fn open(path: &Path) -> Result<Self> {
-        std::fs::create_dir_all(path)?;
+    /// Opens (or creates) the engine under `root`: RocksDB in `root/rows`,
+    /// sealed files in `root/sealed`. Files that no seal recorded (left by a
+    /// crash mid-seal) are deleted; a recorded file that cannot be opened is
+    /// an error naming it, never silently skipped.
+    pub fn open(root: &Path) -> Result<Self> {
+        let rows_dir = root.join("rows");
+        let sealed_dir = root.join(SEALED_DIR);
+        std::fs::create_dir_all(&rows_dir)?;
+        std::fs::create_dir_all(&sealed_dir)?;
         let mut opts = Options::default();
         opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
-        let db = DB::open(&opts, path)?;
-        Ok(Engine { db: Arc::new(db) })
+        let cfs = vec![
+            ColumnFamilyDescriptor::new(rocksdb::DEFAULT_COLUMN_FAMILY_NAME, opts.clone()),
+            ColumnFamilyDescriptor::new(SEALED_CF, Options::default()),
+        ];
+        let db = DB::open_cf_descriptors(&opts, &rows_dir, cfs)?;
+        let mut sealed = HashMap::new();
+        let mut recorded = std::collections::HashSet::new();
+        {
+            let cf = db
+                .cf_handle(SEALED_CF)
+                .ok_or_else(|| Error::Internal("no sealed column family".into()))?;
+            for item in db.iterator_cf(&cf, IteratorMode::Start) {
+                let (key, value) = item?;
+                let pid = u64::from_be_bytes(key.as_ref().try_into().map_err(|_| Error::Corrupt {
+                    partition_id: 0,
+                    reason: "bad sealed-partition record".into(),
+                })?);
+                let name = String::from_utf8(value.to_vec()).map_err(|_| Error::Corrupt {
+                    partition_id: pid,
+                    reason: "bad sealed file name".into(),
+                })?;
+                let file = SealedFile::open(&sealed_dir.join(&name))?;
+                recorded.insert(name);
+                sealed.insert(pid, Arc::new(file));
+            }
+        }
+        for entry in std::fs::read_dir(&sealed_dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().to_string();
+            if !recorded.contains(&name) {
+                tracing::info!(file = %name, "removing a sealed file that no seal recorded");
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(Engine {
+            db: Arc::new(db),
+            sealed_dir,
+            sealed: Arc::new(RwLock::new(sealed)),
+            swap: Arc::new(RwLock::new(())),
+            sealing: Arc::new(Mutex::new(())),
+        })
     }
 
     /// Stores all rows of all `parts` in one atomic, synced RocksDB batch:
@@ -54,19 +221,19 @@ impl Engine {
         }
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
+        let _shared = self.swap.read().map_err(|_| poisoned())?;
         self.db.write_opt(batch, &opts)?;
         Ok(rows)
     }
 
     fn partition_iter(&self, partition_id: u64) -> rocksdb::DBIterator<'_> {
         let prefix = partition_prefix(partition_id);
-        let mut ro = ReadOptions::default();
-        match partition_id.checked_add(1) {
-            Some(next) => ro.set_iterate_upper_bound(partition_prefix(next).to_vec()),
-            None => {}
-        }
         self.db
-            .iterator_opt(IteratorMode::From(&prefix, Direction::Forward), ro)
+            .iterator_opt(IteratorMode::From(&prefix, Direction::Forward), partition_read_options(partition_id))
+    }
+
+    pub fn sealed_file(&self, partition_id: u64) -> Result<Option<Arc<SealedFile>>> {
+        Ok(self.sealed.read().map_err(|_| poisoned())?.get(&partition_id).cloned())
     }
 
     /// Runs `req` and hands each batch of at most `SCAN_BATCH_ROWS` rows to
@@ -77,20 +244,48 @@ impl Engine {
         let limit = if req.limit == 0 { u64::MAX } else { req.limit };
         let mut builder = BatchBuilder::new(projection);
         let mut emitted = 0u64;
+        let mut stopped = false;
         for &pid in &req.partition_ids {
-            for item in self.partition_iter(pid) {
-                let (key, value) = item?;
-                let (kpid, series, t) = decode_key(&key).ok_or_else(|| Error::Corrupt {
-                    partition_id: pid,
-                    reason: "bad key".into(),
-                })?;
-                if kpid != pid {
-                    break;
+            if emitted >= limit || stopped {
+                break;
+            }
+            // The snapshot and the sealed file are taken together, so a seal
+            // that commits meanwhile cannot make rows vanish or appear twice.
+            let (snapshot, file) = {
+                let _shared = self.swap.read().map_err(|_| poisoned())?;
+                (self.db.snapshot(), self.sealed_file(pid)?)
+            };
+            let prefix = partition_prefix(pid);
+            let open = snapshot.iterator_opt(IteratorMode::From(&prefix, Direction::Forward), partition_read_options(pid));
+            let rows: Box<dyn Iterator<Item = Result<SortedRow>> + '_> = match &file {
+                None => Box::new(rocks_rows(open, pid)),
+                Some(f) => {
+                    let mut late = rocks_rows(open, pid).peekable();
+                    if late.peek().is_none() {
+                        // Sealed and nothing written since: the file alone.
+                        if builder.rows() > 0 && !emit(builder.finish()?) {
+                            return Ok(());
+                        }
+                        let mut sub = req.clone();
+                        sub.partition_ids = vec![pid];
+                        sub.limit = if limit == u64::MAX { 0 } else { limit - emitted };
+                        f.scan(&sub, &mut |batch: RecordBatch| {
+                            emitted += batch.num_rows() as u64;
+                            let go_on = emit(batch);
+                            stopped = !go_on;
+                            go_on
+                        })?;
+                        continue;
+                    }
+                    Box::new(merge_rows(f.rows(), late))
                 }
-                if t < req.start_ns || t >= req.end_ns {
+            };
+            for row in rows {
+                let row = row?;
+                if row.time_ns < req.start_ns || row.time_ns >= req.end_ns {
                     continue;
                 }
-                builder.push(pid, series, t, &value)?;
+                builder.push(pid, &row.series, row.time_ns, &row.value)?;
                 emitted += 1;
                 if builder.rows() >= SCAN_BATCH_ROWS && !emit(builder.finish()?) {
                     return Ok(());
@@ -99,32 +294,148 @@ impl Engine {
                     break;
                 }
             }
-            if emitted >= limit {
-                break;
-            }
         }
-        if builder.rows() > 0 {
+        if builder.rows() > 0 && !stopped {
             emit(builder.finish()?);
         }
         Ok(())
     }
 
-    /// Rows and bytes (keys plus values, uncompressed) of a partition.
+    /// Rows of a partition in RocksDB: all its rows while it is open, its
+    /// late rows once it is sealed.
+    pub fn open_rows(&self, partition_id: u64) -> Result<u64> {
+        let mut n = 0;
+        for item in self.partition_iter(partition_id) {
+            item?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Rows, bytes and seal state of a partition.
     pub fn stats(&self, partition_id: u64) -> Result<Stats> {
         let mut stats = Stats::default();
+        let mut open_rows = 0u64;
         for item in self.partition_iter(partition_id) {
             let (key, value) = item?;
-            stats.rows += 1;
+            open_rows += 1;
             stats.bytes += (key.len() + value.len()) as u64;
+        }
+        match self.sealed_file(partition_id)? {
+            None => stats.rows = open_rows,
+            Some(f) => {
+                stats.sealed = true;
+                stats.sealed_rows = f.summary().rows;
+                stats.late_rows = open_rows;
+                stats.bytes += f.summary().bytes;
+                stats.rows = if open_rows == 0 {
+                    f.summary().rows
+                } else {
+                    let late = rocks_rows(self.partition_iter(partition_id), partition_id);
+                    let mut n = 0u64;
+                    for row in merge_rows(f.rows(), late) {
+                        row?;
+                        n += 1;
+                    }
+                    n
+                };
+            }
         }
         Ok(stats)
     }
 
-    /// Ids of the partitions this node holds rows of, in order. Seeks from
-    /// one partition's prefix to the next, so it costs one seek per
-    /// partition, not one step per row.
+    /// Seals `partition_id`: writes its rows (and, when it is sealed already,
+    /// the old file's rows under any late rows) into a new column file and
+    /// swaps it in. `columns` are the table's columns.
+    pub fn seal(&self, partition_id: u64, columns: &[Column]) -> Result<SealOutcome> {
+        self.seal_with(partition_id, columns, None)
+    }
+
+    pub fn seal_with(
+        &self,
+        partition_id: u64,
+        columns: &[Column],
+        fail_at: Option<SealFailPoint>,
+    ) -> Result<SealOutcome> {
+        let _one = self.sealing.lock().map_err(|_| poisoned())?;
+        let existing = self.sealed_file(partition_id)?;
+        let resealed = existing.is_some();
+        let snapshot = self.db.snapshot();
+        let prefix = partition_prefix(partition_id);
+        let has_open = snapshot
+            .iterator_opt(IteratorMode::From(&prefix, Direction::Forward), partition_read_options(partition_id))
+            .next()
+            .is_some();
+        match (&existing, has_open) {
+            (None, false) => return Ok(SealOutcome::Empty),
+            (Some(_), false) => return Ok(SealOutcome::AlreadySealed),
+            _ => {}
+        }
+        let open = rocks_rows(
+            snapshot.iterator_opt(IteratorMode::From(&prefix, Direction::Forward), partition_read_options(partition_id)),
+            partition_id,
+        );
+        let unique = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let name = format!("{partition_id:016x}-{unique}.{FILE_SUFFIX}");
+        let path = self.sealed_dir.join(&name);
+        let tmp = self.sealed_dir.join(format!("{name}.tmp"));
+        let summary = match &existing {
+            None => write_sealed(&tmp, partition_id, columns, open)?,
+            Some(f) => write_sealed(&tmp, partition_id, columns, merge_rows(f.rows(), open))?,
+        };
+        if fail_at == Some(SealFailPoint::AfterWrite) {
+            return Err(Error::Internal("fail point: after write".into()));
+        }
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(&self.sealed_dir)?.sync_all()?;
+        if fail_at == Some(SealFailPoint::AfterRename) {
+            return Err(Error::Internal("fail point: after rename".into()));
+        }
+        let file = Arc::new(SealedFile::open(&path)?);
+        {
+            let _exclusive = self.swap.write().map_err(|_| poisoned())?;
+            let cf = self
+                .db
+                .cf_handle(SEALED_CF)
+                .ok_or_else(|| Error::Internal("no sealed column family".into()))?;
+            let mut batch = WriteBatch::default();
+            // Delete exactly the open rows the file holds: those unchanged
+            // since the snapshot. A row rewritten since stays, as a late row.
+            for item in self.partition_iter(partition_id) {
+                let (key, value) = item?;
+                if snapshot.get(&key)?.as_deref() == Some(&value[..]) {
+                    batch.delete(&key);
+                }
+            }
+            batch.put_cf(&cf, partition_id.to_be_bytes(), name.as_bytes());
+            let mut opts = WriteOptions::default();
+            opts.set_sync(true);
+            self.db.write_opt(batch, &opts)?;
+            self.sealed.write().map_err(|_| poisoned())?.insert(partition_id, file);
+        }
+        if let Some(old) = existing {
+            // Readers that still hold the old file keep its open handle.
+            if let Err(e) = std::fs::remove_file(old.path()) {
+                tracing::warn!(error = %e, "could not remove a replaced sealed file");
+            }
+        }
+        let (rows, bytes) = (summary.rows, summary.bytes);
+        Ok(if resealed {
+            SealOutcome::Resealed { rows, bytes }
+        } else {
+            SealOutcome::Sealed { rows, bytes }
+        })
+    }
+
+    /// Ids of the partitions this node holds rows of (open or sealed), in
+    /// order. Seeks from one partition's prefix to the next, so it costs one
+    /// seek per partition, not one step per row.
     pub fn partition_ids(&self) -> Result<Vec<u64>> {
-        let mut ids = Vec::new();
+        let mut ids: std::collections::BTreeSet<u64> =
+            self.sealed.read().map_err(|_| poisoned())?.keys().copied().collect();
         let mut next: Option<u64> = Some(0);
         while let Some(from) = next {
             let prefix = partition_prefix(from);
@@ -137,14 +448,19 @@ impl Engine {
                     reason: "bad key while listing partitions".into(),
                 });
             };
-            ids.push(pid);
+            ids.insert(pid);
             next = pid.checked_add(1);
         }
-        Ok(ids)
+        Ok(ids.into_iter().collect())
     }
 
-    /// Deletes every row of the given partitions (synced).
+    /// Deletes every row of the given partitions, open and sealed (synced).
     pub fn drop_partitions(&self, partition_ids: &[u64]) -> Result<()> {
+        let _one = self.sealing.lock().map_err(|_| poisoned())?;
+        let cf = self
+            .db
+            .cf_handle(SEALED_CF)
+            .ok_or_else(|| Error::Internal("no sealed column family".into()))?;
         let mut batch = WriteBatch::default();
         for &pid in partition_ids {
             let from = partition_prefix(pid).to_vec();
@@ -153,10 +469,21 @@ impl Engine {
                 None => vec![0xff; 9],
             };
             batch.delete_range(from, to);
+            batch.delete_cf(&cf, pid.to_be_bytes());
         }
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
-        self.db.write_opt(batch, &opts)?;
+        let removed: Vec<Arc<SealedFile>> = {
+            let _exclusive = self.swap.write().map_err(|_| poisoned())?;
+            self.db.write_opt(batch, &opts)?;
+            let mut sealed = self.sealed.write().map_err(|_| poisoned())?;
+            partition_ids.iter().filter_map(|p| sealed.remove(p)).collect()
+        };
+        for f in removed {
+            if let Err(e) = std::fs::remove_file(f.path()) {
+                tracing::warn!(error = %e, "could not remove a dropped sealed file");
+            }
+        }
         Ok(())
     }
 }
@@ -190,6 +517,158 @@ mod tests {
             ],
         )
         .unwrap()
+    }
+
+    fn req(pids: Vec<u64>) -> ScanRequest {
+        ScanRequest {
+            table_id: 1,
+            partition_ids: pids,
+            start_ns: i64::MIN,
+            end_ns: i64::MAX,
+            projection: columns(),
+            table_columns: columns(),
+            limit: 0,
+        }
+    }
+
+    /// Every row a full scan returns, as (host, time, v), sorted.
+    fn all_rows(e: &Engine, pids: Vec<u64>) -> Vec<(Option<String>, i64, Option<f64>)> {
+        let mut out = Vec::new();
+        e.scan(&req(pids), |b| {
+            let t = b.column(0).as_any().downcast_ref::<TimestampNanosecondArray>().unwrap();
+            let h = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+            let v = b.column(2).as_any().downcast_ref::<Float64Array>().unwrap();
+            for i in 0..b.num_rows() {
+                use arrow::array::Array;
+                out.push((
+                    (!h.is_null(i)).then(|| h.value(i).to_string()),
+                    t.value(i),
+                    (!v.is_null(i)).then(|| v.value(i)),
+                ));
+            }
+            true
+        })
+        .unwrap();
+        out.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        out
+    }
+
+    type Model = std::collections::BTreeMap<(String, i64), f64>;
+
+    fn model_rows(m: &Model) -> Vec<(Option<String>, i64, Option<f64>)> {
+        let mut v: Vec<_> = m.iter().map(|((h, t), x)| (Some(h.clone()), *t, Some(*x))).collect();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v
+    }
+
+    #[test]
+    fn sealing_keeps_every_row_and_late_rows_win_until_a_reseal_folds_them_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(dir.path()).unwrap();
+        let cols = columns();
+        e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0), ("a", 3, 3.0)])])]).unwrap();
+        let before = all_rows(&e, vec![1]);
+        assert!(matches!(e.seal(1, &cols).unwrap(), SealOutcome::Sealed { rows: 3, .. }));
+        assert_eq!(all_rows(&e, vec![1]), before);
+        assert_eq!(e.open_rows(1).unwrap(), 0, "the open rows went into the file");
+        assert_eq!(e.seal(1, &cols).unwrap(), SealOutcome::AlreadySealed);
+        // A late row replaces a sealed one, another is new.
+        e.write(&cols, &[(1, vec![batch(&[("a", 1, 10.0), ("c", 0, 5.0)])])]).unwrap();
+        let merged = all_rows(&e, vec![1]);
+        assert_eq!(
+            merged,
+            vec![
+                (Some("a".into()), 1, Some(10.0)),
+                (Some("a".into()), 3, Some(3.0)),
+                (Some("b".into()), 2, Some(2.0)),
+                (Some("c".into()), 0, Some(5.0)),
+            ]
+        );
+        let st = e.stats(1).unwrap();
+        assert_eq!((st.rows, st.sealed, st.sealed_rows, st.late_rows), (4, true, 3, 2));
+        assert!(matches!(e.seal(1, &cols).unwrap(), SealOutcome::Resealed { rows: 4, .. }));
+        assert_eq!(all_rows(&e, vec![1]), merged);
+        assert_eq!(e.open_rows(1).unwrap(), 0);
+        // It all survives a restart.
+        drop(e);
+        let e = Engine::open(dir.path()).unwrap();
+        assert_eq!(all_rows(&e, vec![1]), merged);
+        assert_eq!(std::fs::read_dir(dir.path().join(SEALED_DIR)).unwrap().count(), 1, "the replaced file is gone");
+        e.drop_partitions(&[1]).unwrap();
+        assert!(all_rows(&e, vec![1]).is_empty());
+        assert_eq!(std::fs::read_dir(dir.path().join(SEALED_DIR)).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_crash_at_any_point_of_a_seal_loses_and_duplicates_nothing() {
+        for fail in [SealFailPoint::AfterWrite, SealFailPoint::AfterRename] {
+            for already_sealed in [false, true] {
+                let dir = tempfile::tempdir().unwrap();
+                let e = Engine::open(dir.path()).unwrap();
+                let cols = columns();
+                e.write(&cols, &[(4, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0)])])]).unwrap();
+                if already_sealed {
+                    e.seal(4, &cols).unwrap();
+                    e.write(&cols, &[(4, vec![batch(&[("a", 1, 7.0), ("d", 9, 9.0)])])]).unwrap();
+                }
+                let want = all_rows(&e, vec![4]);
+                assert!(e.seal_with(4, &cols, Some(fail)).is_err());
+                assert_eq!(all_rows(&e, vec![4]), want, "{fail:?}: reads before the restart");
+                drop(e);
+                let e = Engine::open(dir.path()).unwrap();
+                assert_eq!(all_rows(&e, vec![4]), want, "{fail:?}: reads after the restart");
+                let files = std::fs::read_dir(dir.path().join(SEALED_DIR)).unwrap().count();
+                assert_eq!(files, usize::from(already_sealed), "{fail:?}: unrecorded files are removed");
+                assert!(matches!(e.seal(4, &cols).unwrap(), SealOutcome::Sealed { .. } | SealOutcome::Resealed { .. }));
+                assert_eq!(all_rows(&e, vec![4]), want, "{fail:?}: after sealing again");
+            }
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Write(Vec<(u8, i64, f64)>),
+        Seal,
+        Reopen,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => proptest::collection::vec((0u8..4, -5i64..20, -100.0f64..100.0), 1..30).prop_map(Op::Write),
+            2 => Just(Op::Seal),
+            1 => Just(Op::Reopen),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        #[test]
+        fn every_scan_equals_a_plain_model_through_writes_seals_and_restarts(ops in proptest::collection::vec(op(), 1..12)) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut e = Engine::open(dir.path()).unwrap();
+            let cols = columns();
+            let mut model = Model::new();
+            for op in ops {
+                match op {
+                    Op::Write(rows) => {
+                        let names: Vec<String> = rows.iter().map(|r| format!("h{}", r.0)).collect();
+                        let b: Vec<(&str, i64, f64)> = rows.iter().zip(&names).map(|(r, n)| (n.as_str(), r.1, r.2)).collect();
+                        e.write(&cols, &[(2, vec![batch(&b)])]).unwrap();
+                        for (n, t, v) in b {
+                            model.insert((n.to_string(), t), v);
+                        }
+                    }
+                    Op::Seal => { e.seal(2, &cols).unwrap(); }
+                    Op::Reopen => {
+                        drop(e);
+                        e = Engine::open(dir.path()).unwrap();
+                    }
+                }
+                proptest::prop_assert_eq!(all_rows(&e, vec![2]), model_rows(&model));
+                proptest::prop_assert_eq!(e.stats(2).unwrap().rows as usize, model.len());
+            }
+        }
     }
 
     #[test]

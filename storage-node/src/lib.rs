@@ -13,6 +13,7 @@ pub mod engine;
 pub mod error;
 pub mod node;
 pub mod rows;
+pub mod sealed;
 pub mod service;
 
 pub use error::{Error, Result};

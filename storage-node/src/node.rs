@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::engine::Engine;
-use crate::service::{FlightScanService, MAX_WRITE_BYTES, NodeContext, StorageService};
+use crate::service::{FlightScanService, MAX_WRITE_BYTES, NodeContext, SealPolicy, StorageService, seal_due};
 use crate::{Error, Result};
 
 #[derive(Debug, Clone)]
@@ -31,6 +31,15 @@ pub struct StorageConfig {
     /// How often the node deletes the rows of partitions that meta no longer
     /// maps (expired by retention, or of dropped tables); 0 turns it off.
     pub sweep_interval_ms: u64,
+    /// How often the node looks for partitions to seal; 0 turns automatic
+    /// sealing off (`POST /api/v1/admin/seal` still works).
+    pub seal_check_interval_ms: u64,
+    /// A partition whose end has passed is sealed once it has had no write
+    /// for this long.
+    pub seal_idle_ms: u64,
+    /// A sealed partition is sealed again when its late rows pass this
+    /// fraction of its sealed rows.
+    pub reseal_fraction: f64,
 }
 
 pub struct StorageServer {
@@ -40,6 +49,7 @@ pub struct StorageServer {
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     heartbeat: JoinHandle<()>,
     sweeper: Option<JoinHandle<()>>,
+    sealer: Option<JoinHandle<()>>,
 }
 
 const NODE_ID_FILE: &str = "node_id";
@@ -48,7 +58,7 @@ impl StorageServer {
     pub async fn start(cfg: StorageConfig) -> Result<StorageServer> {
         std::fs::create_dir_all(&cfg.data_dir)?;
         let engine = {
-            let path = cfg.data_dir.join("rows");
+            let path = cfg.data_dir.clone();
             tokio::task::spawn_blocking(move || Engine::open(&path))
                 .await
                 .map_err(|e| Error::Internal(format!("open task failed: {e}")))??
@@ -78,6 +88,12 @@ impl StorageServer {
             engine,
             node_id: AtomicU64::new(node_id),
             meta: meta.clone(),
+            last_write: Default::default(),
+            seal_policy: SealPolicy {
+                idle: Duration::from_millis(cfg.seal_idle_ms),
+                reseal_fraction: cfg.reseal_fraction,
+            },
+            started: std::time::Instant::now(),
         });
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
         let storage = GrpcStorageServer::new(StorageService { ctx: ctx.clone() })
@@ -95,7 +111,9 @@ impl StorageServer {
         let interval = Duration::from_millis(cfg.heartbeat_interval_ms.max(50));
         let heartbeat = tokio::spawn(heartbeat_loop(ctx.clone(), advertise.clone(), interval));
         let sweeper = (cfg.sweep_interval_ms > 0)
-            .then(|| tokio::spawn(sweep_loop(ctx, Duration::from_millis(cfg.sweep_interval_ms))));
+            .then(|| tokio::spawn(sweep_loop(ctx.clone(), Duration::from_millis(cfg.sweep_interval_ms))));
+        let sealer = (cfg.seal_check_interval_ms > 0)
+            .then(|| tokio::spawn(seal_loop(ctx, Duration::from_millis(cfg.seal_check_interval_ms))));
         tracing::info!(node_id, addr = %advertise, "storage node serving");
         Ok(StorageServer {
             local_addr,
@@ -104,6 +122,7 @@ impl StorageServer {
             server,
             heartbeat,
             sweeper,
+            sealer,
         })
     }
 
@@ -122,6 +141,9 @@ impl StorageServer {
         }
         self.heartbeat.abort();
         if let Some(s) = &self.sweeper {
+            s.abort();
+        }
+        if let Some(s) = &self.sealer {
             s.abort();
         }
         match (&mut self.server).await {
@@ -202,6 +224,37 @@ async fn sweep_loop(ctx: Arc<NodeContext>, interval: Duration) {
         ticker.tick().await;
         if let Err(e) = sweep_once(&ctx).await {
             tracing::warn!(error = %e, "sweep failed");
+        }
+    }
+}
+
+/// Seals every partition this node holds whose time has passed and that has
+/// been quiet for the idle period, and reseals those whose late rows have
+/// grown past the reseal fraction.
+async fn seal_loop(ctx: Arc<NodeContext>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let node_id = ctx.node_id.load(Ordering::Acquire);
+        let state = ctx.meta.state();
+        let now_ns = sealion_common::time::now_ms().saturating_mul(1_000_000);
+        let candidates: Vec<u64> = state
+            .partitions
+            .iter()
+            .filter(|p| p.replicas.first() == Some(&node_id) && p.end_ns <= now_ns)
+            .map(|p| p.id)
+            .collect();
+        for pid in candidates {
+            match seal_due(&ctx, pid).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    if let Err(e) = crate::service::seal_partition(&ctx, pid).await {
+                        tracing::warn!(partition_id = pid, error = %e, "automatic seal failed");
+                    }
+                }
+                Err(e) => tracing::warn!(partition_id = pid, error = %e, "seal check failed"),
+            }
         }
     }
 }

@@ -21,7 +21,7 @@ use sealion_common::meta_client::MetaClient;
 use sealion_common::proto::storage_server::Storage;
 use sealion_common::proto::{
     DropPartitionsReply, DropPartitionsRequest, PartitionStats, PartitionStatsReply,
-    PartitionStatsRequest, ScanRequest, WriteReply, WriteRequest,
+    PartitionStatsRequest, ScanRequest, SealReply, SealRequest, SealResult, WriteReply, WriteRequest,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -38,6 +38,109 @@ pub struct NodeContext {
     pub engine: Engine,
     pub node_id: AtomicU64,
     pub meta: Arc<MetaClient>,
+    /// When each partition last took a write, since this process started.
+    pub last_write: std::sync::Mutex<std::collections::HashMap<u64, std::time::Instant>>,
+    pub seal_policy: SealPolicy,
+    pub started: std::time::Instant,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct SealPolicy {
+    pub idle: std::time::Duration,
+    pub reseal_fraction: f64,
+}
+
+/// Whether partition `pid` should be sealed now: it has rows in RocksDB, it
+/// has been quiet for the idle period, and it is open or its late rows have
+/// passed the reseal fraction. (The caller checks that its time has passed.)
+pub async fn seal_due(ctx: &Arc<NodeContext>, pid: u64) -> Result<bool> {
+    let quiet_since = ctx
+        .last_write
+        .lock()
+        .map_err(|_| Error::Internal("last-write map poisoned".into()))?
+        .get(&pid)
+        .copied()
+        .unwrap_or(ctx.started);
+    if quiet_since.elapsed() < ctx.seal_policy.idle {
+        return Ok(false);
+    }
+    let engine = ctx.engine.clone();
+    let fraction = ctx.seal_policy.reseal_fraction;
+    tokio::task::spawn_blocking(move || -> Result<bool> {
+        let open = engine.open_rows(pid)?;
+        if open == 0 {
+            return Ok(false);
+        }
+        Ok(match engine.sealed_file(pid)? {
+            None => true,
+            Some(f) => open as f64 >= fraction * f.summary().rows as f64,
+        })
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("seal check task failed: {e}")))?
+}
+
+async fn set_state(ctx: &NodeContext, pid: u64, state: sealion_common::proto::PartitionState) {
+    let cmd = sealion_common::proto::meta_command::Cmd::SetPartitionState(sealion_common::proto::SetPartitionState {
+        partition_id: pid,
+        state: state as i32,
+    });
+    if let Err(e) = ctx.meta.propose(cmd).await {
+        tracing::warn!(partition_id = pid, error = %e, "could not record the partition state in meta");
+    }
+}
+
+/// Seals (or reseals) partition `pid` with its table's current columns and
+/// records the state in meta.
+pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResult> {
+    use sealion_common::proto::PartitionState;
+    let state = ctx.meta.state();
+    let partition = state
+        .partitions
+        .iter()
+        .find(|p| p.id == pid)
+        .ok_or_else(|| Error::Invalid(format!("partition {pid} is not in the partition map")))?;
+    let table = sealion_common::catalog::table_by_id(&state, partition.table_id)
+        .ok_or_else(|| Error::Invalid(format!("table of partition {pid} is not in the catalog")))?;
+    let columns = table.columns.clone();
+    let was_sealed = partition.state() == PartitionState::Sealed;
+    if !was_sealed {
+        set_state(ctx, pid, PartitionState::Sealing).await;
+    }
+    let engine = ctx.engine.clone();
+    let started = std::time::Instant::now();
+    let outcome = tokio::task::spawn_blocking(move || engine.seal(pid, &columns))
+        .await
+        .map_err(|e| Error::Internal(format!("seal task failed: {e}")))?;
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            if !was_sealed {
+                set_state(ctx, pid, PartitionState::Open).await;
+            }
+            return Err(e);
+        }
+    };
+    use crate::engine::SealOutcome;
+    let (name, rows, bytes) = match outcome {
+        SealOutcome::Empty => ("empty", 0, 0),
+        SealOutcome::AlreadySealed => ("already_sealed", 0, 0),
+        SealOutcome::Sealed { rows, bytes } => ("sealed", rows, bytes),
+        SealOutcome::Resealed { rows, bytes } => ("resealed", rows, bytes),
+    };
+    if matches!(outcome, SealOutcome::Sealed { .. } | SealOutcome::Resealed { .. } | SealOutcome::AlreadySealed) {
+        set_state(ctx, pid, PartitionState::Sealed).await;
+        metrics::counter!("sealion_storage_partitions_sealed_total").increment(1);
+        tracing::info!(partition_id = pid, outcome = name, rows, bytes, elapsed_ms = started.elapsed().as_millis() as u64, "sealed");
+    } else if !was_sealed {
+        set_state(ctx, pid, PartitionState::Open).await;
+    }
+    Ok(SealResult {
+        partition_id: pid,
+        outcome: name.to_string(),
+        rows,
+        bytes,
+    })
 }
 
 impl NodeContext {
@@ -86,6 +189,12 @@ impl Storage for StorageService {
         }
         let ids: Vec<u64> = req.partitions.iter().map(|p| p.partition_id).collect();
         self.ctx.check_held(&ids).await?;
+        if let Ok(mut last) = self.ctx.last_write.lock() {
+            let now = std::time::Instant::now();
+            for id in &ids {
+                last.insert(*id, now);
+            }
+        }
         let mut parts = Vec::with_capacity(req.partitions.len());
         for p in &req.partitions {
             parts.push((p.partition_id, decode_ipc(&p.arrow_ipc)?));
@@ -112,6 +221,9 @@ impl Storage for StorageService {
                         partition_id: pid,
                         rows: s.rows,
                         bytes: s.bytes,
+                        sealed: s.sealed,
+                        late_rows: s.late_rows,
+                        sealed_rows: s.sealed_rows,
                     })
                 })
                 .collect::<Result<Vec<_>>>()
@@ -119,6 +231,31 @@ impl Storage for StorageService {
         .await
         .map_err(|e| Status::internal(format!("stats task failed: {e}")))??;
         Ok(Response::new(PartitionStatsReply { stats }))
+    }
+
+    async fn seal(&self, request: Request<SealRequest>) -> Result<Response<SealReply>, Status> {
+        let req = request.into_inner();
+        let state = self.ctx.meta.state();
+        let now_ns = sealion_common::time::now_ms().saturating_mul(1_000_000);
+        let mut results = Vec::with_capacity(req.partition_ids.len());
+        for pid in req.partition_ids {
+            let ended = state.partitions.iter().find(|p| p.id == pid).map(|p| p.end_ns <= now_ns);
+            let result = match ended {
+                None => SealResult { partition_id: pid, outcome: "not in the partition map".into(), ..Default::default() },
+                Some(false) => SealResult { partition_id: pid, outcome: "not_ended".into(), ..Default::default() },
+                Some(true) if !req.ignore_idle && !seal_due(&self.ctx, pid).await? => SealResult {
+                    partition_id: pid,
+                    outcome: "not_due".into(),
+                    ..Default::default()
+                },
+                Some(true) => match seal_partition(&self.ctx, pid).await {
+                    Ok(r) => r,
+                    Err(e) => SealResult { partition_id: pid, outcome: format!("error: {e}"), ..Default::default() },
+                },
+            };
+            results.push(result);
+        }
+        Ok(Response::new(SealReply { results }))
     }
 
     async fn drop_partitions(

@@ -204,7 +204,8 @@ pub struct Stat {
 pub mod stat {
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum Value {
-        /// Timestamp and Int64 columns.
+        /// Timestamp and Int64 columns, and Float64 columns whose statistic
+        /// is an integer of at most 2^53 in magnitude (and not -0.0).
         #[prost(sint64, tag = "1")]
         Int(i64),
         #[prost(uint64, tag = "2")]
