@@ -301,6 +301,7 @@ impl SystemSchema {
         let mut rows = Vec::new();
         let mut bytes = Vec::new();
         let mut late = Vec::new();
+        let mut deleted = Vec::new();
         let mut shard = Vec::new();
         let mut parts: Vec<_> = state.partitions.iter().collect();
         parts.sort_by_key(|p| (p.table_id, p.start_ns));
@@ -324,6 +325,7 @@ impl SystemSchema {
                 rows.push(s.map(|s| s.rows));
                 bytes.push(s.map(|s| s.bytes));
                 late.push(s.map(|s| s.late_rows));
+                deleted.push(s.map(|s| s.deleted_rows));
             }
         }
         let n = db.len();
@@ -341,6 +343,7 @@ impl SystemSchema {
                 Field::new("rows", DataType::UInt64, true),
                 Field::new("bytes", DataType::UInt64, true),
                 Field::new("late_rows", DataType::UInt64, true),
+                Field::new("deleted_rows", DataType::UInt64, true),
                 Field::new("reachable", DataType::Boolean, false),
             ],
             vec![
@@ -356,6 +359,7 @@ impl SystemSchema {
                 Arc::new(UInt64Array::from(rows.clone())),
                 Arc::new(UInt64Array::from(bytes)),
                 Arc::new(UInt64Array::from(late)),
+                Arc::new(UInt64Array::from(deleted)),
                 Arc::new(BooleanArray::from((0..n).map(|i| rows[i].is_some()).collect::<Vec<_>>())),
             ],
         )

@@ -83,11 +83,9 @@ fn classify_datafusion(e: DataFusionError) -> Error {
             Error::Invalid(msg.clone())
         }
         DataFusionError::NotImplemented(msg) => Error::NotSupported(msg.clone()),
-        DataFusionError::External(inner) => match inner.downcast_ref::<Error>() {
-            Some(Error::Unavailable(m)) => Error::Unavailable(m.clone()),
-            Some(Error::Invalid(m)) => Error::Invalid(m.clone()),
-            Some(Error::TypeConflict(m)) => Error::TypeConflict(m.clone()),
-            _ => Error::DataFusion(e),
+        DataFusionError::External(inner) => match inner.downcast_ref::<Error>().and_then(Error::same_kind) {
+            Some(err) => err,
+            None => Error::DataFusion(e),
         },
         _ => Error::DataFusion(e),
     }
@@ -98,6 +96,25 @@ fn strip_prefix(text: &str) -> String {
 }
 
 impl Error {
+    /// A copy of this error (DataFusion errors, which cannot be copied, give
+    /// `None`).
+    fn same_kind(&self) -> Option<Error> {
+        Some(match self {
+            Error::TableNotFound(m) => Error::TableNotFound(m.clone()),
+            Error::ColumnNotFound(m) => Error::ColumnNotFound(m.clone()),
+            Error::DatabaseNotFound(m) => Error::DatabaseNotFound(m.clone()),
+            Error::AlreadyExists(m) => Error::AlreadyExists(m.clone()),
+            Error::Syntax(m) => Error::Syntax(m.clone()),
+            Error::Invalid(m) => Error::Invalid(m.clone()),
+            Error::TypeConflict(m) => Error::TypeConflict(m.clone()),
+            Error::TooLarge(m) => Error::TooLarge(m.clone()),
+            Error::NotSupported(m) => Error::NotSupported(m.clone()),
+            Error::Unavailable(m) => Error::Unavailable(m.clone()),
+            Error::Internal(m) => Error::Internal(m.clone()),
+            Error::DataFusion(_) => return None,
+        })
+    }
+
     pub fn http_status(&self) -> StatusCode {
         match self {
             Error::TableNotFound(_) | Error::DatabaseNotFound(_) => StatusCode::NOT_FOUND,

@@ -82,6 +82,8 @@ fn affected(tag: &str, rows: u64) -> Response {
     let mut t = Tag::new(tag);
     if tag == "INSERT" {
         t = t.with_oid(0).with_rows(rows as usize);
+    } else if tag == "DELETE" {
+        t = t.with_rows(rows as usize);
     }
     Response::Execution(t)
 }
@@ -136,7 +138,8 @@ impl QueryHook for SealionHook {
         _session_context: &SessionContext,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        if handling(statement) != Handling::Sealion || left_to_others(statement) {
+        let is_delete = matches!(statement, Statement::Delete(_));
+        if (handling(statement) != Handling::Sealion && !is_delete) || left_to_others(statement) {
             // Planned in the parse phase against the right database; the
             // default path binds parameters and encodes in the portal's format.
             return None;

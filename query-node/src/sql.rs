@@ -288,17 +288,15 @@ impl SqlEngine {
         let (state, plan) = self.plan(db, stmt).await?;
         let ctx = SessionContext::new_with_state(state);
         let df = ctx.execute_logical_plan(plan).await?;
-        if matches!(stmt, Statement::Insert(_)) {
+        if matches!(stmt, Statement::Insert(_) | Statement::Delete(_)) {
+            let tag = if matches!(stmt, Statement::Insert(_)) { "INSERT" } else { "DELETE" };
             let batches = df.collect().await?;
             let rows = batches
                 .first()
                 .and_then(|b| b.column_by_name("count"))
                 .and_then(|c| c.as_any().downcast_ref::<arrow::array::UInt64Array>())
                 .map_or(0, |a| a.value(0));
-            return Ok(Output::Affected {
-                tag: "INSERT".into(),
-                rows,
-            });
+            return Ok(Output::Affected { tag: tag.into(), rows });
         }
         Ok(Output::Rows(df))
     }

@@ -29,7 +29,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use sealion_common::catalog::{arrow_schema, partitions_overlapping, time_column};
-use sealion_common::proto::{Column, ScanRequest, Table};
+use sealion_common::proto::{Column, DeletePredicate, DeleteRequest, ScanRequest, Table, TagMatch};
 
 use crate::router::{StorageClients, WriteRouter};
 
@@ -46,7 +46,7 @@ impl TimeRange {
         end_ns: i64::MAX,
     };
 
-    fn intersect(self, other: TimeRange) -> TimeRange {
+    pub fn intersect(self, other: TimeRange) -> TimeRange {
         TimeRange {
             start_ns: self.start_ns.max(other.start_ns),
             end_ns: self.end_ns.min(other.end_ns),
@@ -255,6 +255,43 @@ impl TableProvider for SealionTable {
         Ok(Arc::new(exec))
     }
 
+    /// `DELETE FROM t WHERE ...` with conditions the storage nodes apply
+    /// exactly: tag `=` and `IN`, and comparisons of the time column with
+    /// time literals. Anything else is refused with an error naming it,
+    /// rather than deleting more or fewer rows than asked.
+    async fn delete_from(&self, _state: &dyn Session, filters: Vec<Expr>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let time = time_column(&self.table).map(|c| c.name.clone()).unwrap_or_default();
+        let predicate = delete_predicate(&self.table, &time, &filters).map_err(|e| e.into_datafusion())?;
+        let state = self.meta.state();
+        let parts = partitions_overlapping(&state, self.table.id, predicate.start_ns, predicate.end_ns);
+        let mut by_node: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+        for p in parts {
+            if let Some(&primary) = p.replicas.first() {
+                by_node.entry(primary).or_default().push(p.id);
+            }
+        }
+        let mut targets = Vec::new();
+        for (node_id, ids) in by_node {
+            let addr = sealion_common::catalog::node(&state, node_id)
+                .map(|n| n.addr.clone())
+                .ok_or_else(|| DataFusionError::Execution(format!("storage node {node_id} is unknown")))?;
+            targets.push((node_id, addr, ids));
+        }
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
+            "count",
+            arrow::datatypes::DataType::UInt64,
+            false,
+        )]));
+        let stream = DeleteStream {
+            schema: schema.clone(),
+            table_id: self.table.id,
+            predicate,
+            targets,
+            storage: self.storage.clone(),
+        };
+        Ok(Arc::new(StreamingTableExec::try_new(schema, vec![Arc::new(stream)], None, Vec::new(), false, None)?))
+    }
+
     async fn insert_into(
         &self,
         _state: &dyn Session,
@@ -321,6 +358,160 @@ impl PartitionStream for NodeScan {
         })
         .try_flatten();
         Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream.boxed()))
+    }
+}
+
+fn text_literal(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Literal(ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)), _) => {
+            Some(s.clone())
+        }
+        _ => None,
+    }
+}
+
+/// `tag = 'v'`, `tag IN ('a', 'b')`, or an OR of those on one tag (what
+/// DataFusion makes of a short IN list): the tag and its values.
+fn tag_values(table: &Table, e: &Expr) -> Option<(String, Vec<String>)> {
+    let tag_of = |e: &Expr| match e {
+        Expr::Column(c) => table
+            .columns
+            .iter()
+            .find(|x| x.name == c.name && x.kind() == sealion_common::proto::ColumnKind::Tag)
+            .map(|x| x.name.clone()),
+        _ => None,
+    };
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Eq, right }) => {
+            match (tag_of(left), text_literal(right), tag_of(right), text_literal(left)) {
+                (Some(t), Some(v), _, _) | (_, _, Some(t), Some(v)) => Some((t, vec![v])),
+                _ => None,
+            }
+        }
+        Expr::InList(list) if !list.negated => {
+            let values: Option<Vec<String>> = list.list.iter().map(text_literal).collect();
+            Some((tag_of(&list.expr)?, values?))
+        }
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Or, right }) => {
+            let (a, mut va) = tag_values(table, left)?;
+            let (b, vb) = tag_values(table, right)?;
+            if a != b {
+                return None;
+            }
+            va.extend(vb);
+            Some((a, va))
+        }
+        _ => None,
+    }
+}
+
+/// Turns the conjuncts of a DELETE's WHERE into a storage predicate.
+pub fn delete_predicate(table: &Table, time: &str, filters: &[Expr]) -> crate::Result<DeletePredicate> {
+    let mut pred = DeletePredicate {
+        start_ns: i64::MIN,
+        end_ns: i64::MAX,
+        tags: vec![],
+    };
+    let refuse = |e: &Expr| {
+        crate::Error::NotSupported(format!(
+            "DELETE condition {e}: use tag = 'v', tag IN (...) and comparisons of {time} with time literals, joined by AND"
+        ))
+    };
+    let mut add_tag = |name: String, values: Vec<String>| {
+        match pred.tags.iter_mut().find(|m| m.name == name) {
+            // Two conditions on one tag: a row must meet both.
+            Some(m) => m.values.retain(|v| values.contains(v)),
+            None => pred.tags.push(TagMatch { name, values }),
+        }
+    };
+    let mut range = TimeRange::ALL;
+    for f in filters {
+        match f {
+            Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
+                let inner = delete_predicate(table, time, &[(**left).clone(), (**right).clone()])?;
+                range = range.intersect(TimeRange { start_ns: inner.start_ns, end_ns: inner.end_ns });
+                for m in inner.tags {
+                    add_tag(m.name, m.values);
+                }
+            }
+            e if tag_values(table, e).is_some() => {
+                if let Some((t, v)) = tag_values(table, e) {
+                    add_tag(t, v);
+                }
+            }
+            Expr::BinaryExpr(BinaryExpr { left, op, right })
+                if matches!(op, Operator::Eq | Operator::Gt | Operator::GtEq | Operator::Lt | Operator::LtEq)
+                    && ((is_time_column(left, time) && literal_ns(right).is_some())
+                        || (is_time_column(right, time) && literal_ns(left).is_some())) =>
+            {
+                range = range.intersect(bound_of(f, time));
+            }
+            Expr::Between(b) if !b.negated && is_time_column(&b.expr, time) && literal_ns(&b.low).is_some() && literal_ns(&b.high).is_some() => {
+                range = range.intersect(bound_of(f, time));
+            }
+            other => return Err(refuse(other)),
+        }
+    }
+    pred.start_ns = range.start_ns;
+    pred.end_ns = range.end_ns;
+    Ok(pred)
+}
+
+/// Carries out a DELETE when DataFusion runs the plan, and yields the count.
+struct DeleteStream {
+    schema: SchemaRef,
+    table_id: u64,
+    predicate: DeletePredicate,
+    targets: Vec<(u64, String, Vec<u64>)>,
+    storage: Arc<StorageClients>,
+}
+
+impl fmt::Debug for DeleteStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DeleteStream(table={} predicate={:?})", self.table_id, self.predicate)
+    }
+}
+
+impl PartitionStream for DeleteStream {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let schema = self.schema.clone();
+        let targets = self.targets.clone();
+        let storage = self.storage.clone();
+        let predicate = self.predicate.clone();
+        let table_id = self.table_id;
+        let out_schema = schema.clone();
+        let stream = futures::stream::once(async move {
+            let mut calls = Vec::new();
+            for (node_id, addr, ids) in targets {
+                let client = storage.storage(&addr);
+                let predicate = predicate.clone();
+                calls.push(async move {
+                    let mut client = client.map_err(|e| e.into_datafusion())?;
+                    let reply = client
+                        .delete(DeleteRequest { table_id, partition_ids: ids, predicate: Some(predicate) })
+                        .await
+                        .map_err(|s| {
+                            crate::Error::Unavailable(format!("storage node {node_id} at {addr}: {}", s.message()))
+                                .into_datafusion()
+                        })?;
+                    Ok::<u64, DataFusionError>(reply.into_inner().rows_deleted)
+                });
+            }
+            let mut total = 0u64;
+            for r in futures::future::join_all(calls).await {
+                total += r?;
+            }
+            let batch = arrow::record_batch::RecordBatch::try_new(
+                out_schema,
+                vec![Arc::new(arrow::array::UInt64Array::from(vec![total]))],
+            )?;
+            Ok::<_, DataFusionError>(batch)
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, stream.boxed()))
     }
 }
 

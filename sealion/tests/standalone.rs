@@ -429,3 +429,57 @@ async fn partitions_whose_time_has_passed_are_sealed_automatically_once_idle() {
         .collect();
     assert_eq!(got, data.per_host());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_by_tags_and_time_is_visible_at_once_on_open_and_sealed_partitions() {
+    let s = start_standalone_with(&["--seal-check-interval-ms", "0"]).await;
+    let data = Dataset { hosts: 5, days: 3, step_s: 600 };
+    for batch in data.batches(5_000) {
+        let (status, body) = s.http.write("public", batch).await;
+        assert_eq!(status, 204, "{body}");
+    }
+    // Seal all three days (their time has passed), then add a late row.
+    let r = s.http.client.post(format!("{}/api/v1/admin/seal?table=cpu", s.http.base)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (status, _) = s.http.write("public", format!("cpu,host=host_9,region=r0 usage=1.0,n=1i {}\n", (DAY0_S + 2 * 86_400) * 1_000_000_000)).await;
+    assert_eq!(status, 204);
+    let count = |q: &'static str| {
+        let http = &s.http;
+        async move { http.rows("public", q).await[0][0].as_i64().unwrap() }
+    };
+    let total = count("SELECT count(*) FROM cpu").await;
+    assert_eq!(total as usize, data.rows().len() + 1);
+
+    // Over pgwire: one host, from the middle of day 1 to the middle of day 3.
+    let pg = pg_connect(&s.pg_addr, "public").await;
+    let n = pg
+        .execute(
+            "DELETE FROM cpu WHERE host = 'host_1' AND time >= '2024-01-01T12:00:00Z' AND time < '2024-01-03T12:00:00Z'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 2 * 144, "48 hours of 10-minute rows");
+    assert_eq!(count("SELECT count(*) FROM cpu WHERE host = 'host_1'").await, 3 * 144 - 2 * 144);
+    // Over HTTP, with IN and no time bound.
+    let (status, body) = s.http.sql("public", "DELETE FROM cpu WHERE host IN ('host_2', 'host_9')").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rows_affected"], 3 * 144 + 1);
+    assert_eq!(count("SELECT count(*) FROM cpu").await, total - 2 * 144 - 3 * 144 - 1);
+    let parts = s.http.rows("public", "SELECT sum(deleted_rows) FROM system.partitions WHERE table_name = 'cpu'").await;
+    assert_eq!(parts[0][0], 2 * 144 + 3 * 144, "sealed rows hidden by the two deletes (the late row is gone for good)");
+
+    // A reseal folds the deletes in; the answers stay the same.
+    let before = s.http.rows("public", PER_HOST_SQL).await;
+    let r = s.http.client.post(format!("{}/api/v1/admin/seal?table=cpu", s.http.base)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(s.http.rows("public", PER_HOST_SQL).await, before);
+    let parts = s.http.rows("public", "SELECT sum(deleted_rows) FROM system.partitions WHERE table_name = 'cpu'").await;
+    assert_eq!(parts[0][0], 0);
+
+    // Conditions storage cannot apply exactly are refused, and delete nothing.
+    let (status, body) = s.http.sql("public", "DELETE FROM cpu WHERE usage > 50").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("DELETE condition"), "{body}");
+    assert_eq!(s.http.rows("public", PER_HOST_SQL).await, before);
+}

@@ -28,9 +28,10 @@ use rocksdb::{
     ColumnFamilyDescriptor, DB, DBAccess, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
     WriteOptions,
 };
-use sealion_common::proto::{Column, ScanRequest};
+use prost::Message;
+use sealion_common::proto::{Column, DeletePredicate, ScanRequest};
 
-use crate::rows::{BatchBuilder, decode_key, encode_batch, partition_prefix};
+use crate::rows::{BatchBuilder, decode_key, decode_series, encode_batch, partition_prefix};
 use crate::sealed::{SealedFile, SortedRow, write_sealed};
 use crate::{Error, Result};
 
@@ -39,6 +40,8 @@ pub const SCAN_BATCH_ROWS: usize = 8_192;
 
 /// Column family that records which file holds each sealed partition.
 const SEALED_CF: &str = "sealed";
+/// Column family of the delete log: (partition, sequence) -> predicate.
+const DELETES_CF: &str = "deletes";
 const SEALED_DIR: &str = "sealed";
 const FILE_SUFFIX: &str = "slf";
 
@@ -72,6 +75,8 @@ pub struct Engine {
     swap: Arc<RwLock<()>>,
     /// One seal at a time.
     sealing: Arc<Mutex<()>>,
+    /// Next sequence number of the delete log.
+    delete_seq: Arc<std::sync::atomic::AtomicU64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -83,6 +88,72 @@ pub struct Stats {
     pub sealed_rows: u64,
     /// Rows in RocksDB for a sealed partition (written after sealing).
     pub late_rows: u64,
+    /// Rows of the sealed file that deletes hide.
+    pub deleted_rows: u64,
+}
+
+/// Whether `row` matches `pred`: time in range and every tag condition met
+/// (a row without the tag never matches).
+pub fn row_matches(pred: &DeletePredicate, row: &SortedRow, partition_id: u64) -> Result<bool> {
+    if row.time_ns < pred.start_ns || row.time_ns >= pred.end_ns {
+        return Ok(false);
+    }
+    if pred.tags.is_empty() {
+        return Ok(true);
+    }
+    let tags = decode_series(&row.series).ok_or_else(|| Error::Corrupt {
+        partition_id,
+        reason: "bad series key".into(),
+    })?;
+    for m in &pred.tags {
+        match tags.iter().find(|(n, _)| *n == m.name) {
+            Some((_, v)) if m.values.iter().any(|x| x == v) => {}
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+fn parse_deletes(
+    iter: impl Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>>,
+    partition_id: u64,
+) -> Result<Vec<(u64, DeletePredicate)>> {
+    let prefix = partition_prefix(partition_id);
+    let mut out = Vec::new();
+    for item in iter {
+        let (key, value) = item?;
+        if key.len() != 16 || key[..8] != prefix {
+            break;
+        }
+        let seq = u64::from_be_bytes(key[8..16].try_into().unwrap_or_default());
+        let pred = DeletePredicate::decode(value.as_ref()).map_err(|e| Error::Corrupt {
+            partition_id,
+            reason: format!("bad delete log entry {seq}: {e}"),
+        })?;
+        out.push((seq, pred));
+    }
+    Ok(out)
+}
+
+/// The rows of `rows` that none of `deletes` matches.
+fn without_deleted<'a>(
+    rows: impl Iterator<Item = Result<SortedRow>> + 'a,
+    deletes: Vec<DeletePredicate>,
+    partition_id: u64,
+) -> impl Iterator<Item = Result<SortedRow>> + 'a {
+    rows.filter_map(move |row| match row {
+        Err(e) => Some(Err(e)),
+        Ok(row) => {
+            for d in &deletes {
+                match row_matches(d, &row, partition_id) {
+                    Ok(true) => return None,
+                    Ok(false) => {}
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+            Some(Ok(row))
+        }
+    })
 }
 
 fn poisoned() -> Error {
@@ -166,6 +237,7 @@ impl Engine {
         let cfs = vec![
             ColumnFamilyDescriptor::new(rocksdb::DEFAULT_COLUMN_FAMILY_NAME, opts.clone()),
             ColumnFamilyDescriptor::new(SEALED_CF, Options::default()),
+            ColumnFamilyDescriptor::new(DELETES_CF, Options::default()),
         ];
         let db = DB::open_cf_descriptors(&opts, &rows_dir, cfs)?;
         let mut sealed = HashMap::new();
@@ -197,7 +269,21 @@ impl Engine {
                 std::fs::remove_file(entry.path())?;
             }
         }
+        let next_seq = {
+            let cf = db
+                .cf_handle(DELETES_CF)
+                .ok_or_else(|| Error::Internal("no deletes column family".into()))?;
+            let mut max = 0u64;
+            for item in db.iterator_cf(&cf, IteratorMode::Start) {
+                let (key, _) = item?;
+                if key.len() == 16 {
+                    max = max.max(u64::from_be_bytes(key[8..16].try_into().unwrap_or_default()));
+                }
+            }
+            max + 1
+        };
         Ok(Engine {
+            delete_seq: Arc::new(std::sync::atomic::AtomicU64::new(next_seq)),
             db: Arc::new(db),
             sealed_dir,
             sealed: Arc::new(RwLock::new(sealed)),
@@ -236,6 +322,70 @@ impl Engine {
         Ok(self.sealed.read().map_err(|_| poisoned())?.get(&partition_id).cloned())
     }
 
+    fn deletes_cf(&self) -> Result<&rocksdb::ColumnFamily> {
+        self.db
+            .cf_handle(DELETES_CF)
+            .ok_or_else(|| Error::Internal("no deletes column family".into()))
+    }
+
+    /// The delete log of `partition_id` in the live DB: (sequence,
+    /// predicate), oldest first.
+    fn live_deletes(&self, partition_id: u64) -> Result<Vec<(u64, DeletePredicate)>> {
+        let prefix = partition_prefix(partition_id);
+        let it = self.db.iterator_cf_opt(
+            self.deletes_cf()?,
+            partition_read_options(partition_id),
+            IteratorMode::From(&prefix, Direction::Forward),
+        );
+        parse_deletes(it, partition_id)
+    }
+
+    /// The delete log of `partition_id` as `snap` saw it.
+    fn snapshot_deletes(
+        &self,
+        snap: &rocksdb::SnapshotWithThreadMode<'_, DB>,
+        partition_id: u64,
+    ) -> Result<Vec<(u64, DeletePredicate)>> {
+        let prefix = partition_prefix(partition_id);
+        let it = snap.iterator_cf_opt(
+            self.deletes_cf()?,
+            partition_read_options(partition_id),
+            IteratorMode::From(&prefix, Direction::Forward),
+        );
+        parse_deletes(it, partition_id)
+    }
+
+    /// Deletes the rows of `partition_id` that `pred` matches, durably
+    /// (synced) before it returns: open and late rows are removed, and the
+    /// predicate goes to the delete log, which hides matching rows of the
+    /// sealed file until a reseal drops them. Returns how many rows a full
+    /// scan no longer sees.
+    pub fn delete(&self, partition_id: u64, pred: &DeletePredicate) -> Result<u64> {
+        let before = self.stats(partition_id)?.rows;
+        let cf = self.deletes_cf()?;
+        {
+            let _shared = self.swap.read().map_err(|_| poisoned())?;
+            let mut batch = WriteBatch::default();
+            for row in rocks_rows(self.partition_iter(partition_id), partition_id) {
+                let row = row?;
+                if row_matches(pred, &row, partition_id)? {
+                    batch.delete(crate::rows::encode_key(partition_id, &row.series, row.time_ns));
+                }
+            }
+            // Always logged, open partition or not: a seal may have taken its
+            // snapshot before these rows were removed.
+            let seq = self.delete_seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut key = partition_prefix(partition_id).to_vec();
+            key.extend_from_slice(&seq.to_be_bytes());
+            batch.put_cf(&cf, key, pred.encode_to_vec());
+            let mut opts = WriteOptions::default();
+            opts.set_sync(true);
+            self.db.write_opt(batch, &opts)?;
+        }
+        let after = self.stats(partition_id)?.rows;
+        Ok(before.saturating_sub(after))
+    }
+
     /// Runs `req` and hands each batch of at most `SCAN_BATCH_ROWS` rows to
     /// `emit`; stops early when `emit` returns false or the limit is reached.
     pub fn scan(&self, req: &ScanRequest, mut emit: impl FnMut(RecordBatch) -> bool) -> Result<()> {
@@ -255,13 +405,18 @@ impl Engine {
                 let _shared = self.swap.read().map_err(|_| poisoned())?;
                 (self.db.snapshot(), self.sealed_file(pid)?)
             };
+            let deletes: Vec<DeletePredicate> = if file.is_some() {
+                self.snapshot_deletes(&snapshot, pid)?.into_iter().map(|(_, d)| d).collect()
+            } else {
+                Vec::new()
+            };
             let prefix = partition_prefix(pid);
             let open = snapshot.iterator_opt(IteratorMode::From(&prefix, Direction::Forward), partition_read_options(pid));
             let rows: Box<dyn Iterator<Item = Result<SortedRow>> + '_> = match &file {
                 None => Box::new(rocks_rows(open, pid)),
                 Some(f) => {
                     let mut late = rocks_rows(open, pid).peekable();
-                    if late.peek().is_none() {
+                    if late.peek().is_none() && deletes.is_empty() {
                         // Sealed and nothing written since: the file alone.
                         if builder.rows() > 0 && !emit(builder.finish()?) {
                             return Ok(());
@@ -277,7 +432,7 @@ impl Engine {
                         })?;
                         continue;
                     }
-                    Box::new(merge_rows(f.rows(), late))
+                    Box::new(merge_rows(without_deleted(f.rows(), deletes, pid), late))
                 }
             };
             for row in rows {
@@ -328,12 +483,22 @@ impl Engine {
                 stats.sealed_rows = f.summary().rows;
                 stats.late_rows = open_rows;
                 stats.bytes += f.summary().bytes;
-                stats.rows = if open_rows == 0 {
+                let deletes: Vec<DeletePredicate> =
+                    self.live_deletes(partition_id)?.into_iter().map(|(_, d)| d).collect();
+                if !deletes.is_empty() {
+                    let mut kept = 0u64;
+                    for row in without_deleted(f.rows(), deletes.clone(), partition_id) {
+                        row?;
+                        kept += 1;
+                    }
+                    stats.deleted_rows = f.summary().rows - kept;
+                }
+                stats.rows = if open_rows == 0 && deletes.is_empty() {
                     f.summary().rows
                 } else {
                     let late = rocks_rows(self.partition_iter(partition_id), partition_id);
                     let mut n = 0u64;
-                    for row in merge_rows(f.rows(), late) {
+                    for row in merge_rows(without_deleted(f.rows(), deletes, partition_id), late) {
                         row?;
                         n += 1;
                     }
@@ -366,9 +531,12 @@ impl Engine {
             .iterator_opt(IteratorMode::From(&prefix, Direction::Forward), partition_read_options(partition_id))
             .next()
             .is_some();
-        match (&existing, has_open) {
-            (None, false) => return Ok(SealOutcome::Empty),
-            (Some(_), false) => return Ok(SealOutcome::AlreadySealed),
+        let logged = self.snapshot_deletes(&snapshot, partition_id)?;
+        let folded_seq = logged.last().map(|(seq, _)| *seq);
+        let deletes: Vec<DeletePredicate> = logged.into_iter().map(|(_, d)| d).collect();
+        match (&existing, has_open, deletes.is_empty()) {
+            (None, false, _) => return Ok(SealOutcome::Empty),
+            (Some(_), false, true) => return Ok(SealOutcome::AlreadySealed),
             _ => {}
         }
         let open = rocks_rows(
@@ -384,7 +552,12 @@ impl Engine {
         let tmp = self.sealed_dir.join(format!("{name}.tmp"));
         let summary = match &existing {
             None => write_sealed(&tmp, partition_id, columns, open)?,
-            Some(f) => write_sealed(&tmp, partition_id, columns, merge_rows(f.rows(), open))?,
+            Some(f) => write_sealed(
+                &tmp,
+                partition_id,
+                columns,
+                merge_rows(without_deleted(f.rows(), deletes, partition_id), open),
+            )?,
         };
         if fail_at == Some(SealFailPoint::AfterWrite) {
             return Err(Error::Internal("fail point: after write".into()));
@@ -411,6 +584,19 @@ impl Engine {
                 }
             }
             batch.put_cf(&cf, partition_id.to_be_bytes(), name.as_bytes());
+            // Deletes the new file already reflects leave the log; later ones
+            // stay and apply to it.
+            if let Some(last) = folded_seq {
+                let dcf = self
+                    .db
+                    .cf_handle(DELETES_CF)
+                    .ok_or_else(|| Error::Internal("no deletes column family".into()))?;
+                let mut from = partition_prefix(partition_id).to_vec();
+                from.extend_from_slice(&0u64.to_be_bytes());
+                let mut to = partition_prefix(partition_id).to_vec();
+                to.extend_from_slice(&last.saturating_add(1).to_be_bytes());
+                batch.delete_range_cf(&dcf, from, to);
+            }
             let mut opts = WriteOptions::default();
             opts.set_sync(true);
             self.db.write_opt(batch, &opts)?;
@@ -468,8 +654,11 @@ impl Engine {
                 Some(next) => partition_prefix(next).to_vec(),
                 None => vec![0xff; 9],
             };
-            batch.delete_range(from, to);
+            batch.delete_range(from.clone(), to.clone());
             batch.delete_cf(&cf, pid.to_be_bytes());
+            if let Some(dcf) = self.db.cf_handle(DELETES_CF) {
+                batch.delete_range_cf(&dcf, from, to);
+            }
         }
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
@@ -630,6 +819,23 @@ mod tests {
         Write(Vec<(u8, i64, f64)>),
         Seal,
         Reopen,
+        /// Hosts to match (empty: any host), and a time range.
+        Delete(Vec<u8>, i64, i64),
+    }
+
+    fn predicate(hosts: &[u8], start: i64, end: i64) -> DeletePredicate {
+        DeletePredicate {
+            start_ns: start,
+            end_ns: end,
+            tags: if hosts.is_empty() {
+                vec![]
+            } else {
+                vec![sealion_common::proto::TagMatch {
+                    name: "host".into(),
+                    values: hosts.iter().map(|h| format!("h{h}")).collect(),
+                }]
+            },
+        }
     }
 
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
@@ -638,6 +844,7 @@ mod tests {
             4 => proptest::collection::vec((0u8..4, -5i64..20, -100.0f64..100.0), 1..30).prop_map(Op::Write),
             2 => Just(Op::Seal),
             1 => Just(Op::Reopen),
+            2 => (proptest::collection::vec(0u8..4, 0..3), -5i64..20, 0i64..10).prop_map(|(h, s, w)| Op::Delete(h, s, s + w)),
         ]
     }
 
@@ -660,6 +867,15 @@ mod tests {
                         }
                     }
                     Op::Seal => { e.seal(2, &cols).unwrap(); }
+                    Op::Delete(hosts, start, end) => {
+                        let before = model.len();
+                        model.retain(|(h, t), _| {
+                            let host_hit = hosts.is_empty() || hosts.iter().any(|x| format!("h{x}") == *h);
+                            !(host_hit && *t >= start && *t < end)
+                        });
+                        let n = e.delete(2, &predicate(&hosts, start, end)).unwrap();
+                        proptest::prop_assert_eq!(n as usize, before - model.len());
+                    }
                     Op::Reopen => {
                         drop(e);
                         e = Engine::open(dir.path()).unwrap();
@@ -669,6 +885,40 @@ mod tests {
                 proptest::prop_assert_eq!(e.stats(2).unwrap().rows as usize, model.len());
             }
         }
+    }
+
+    #[test]
+    fn deletes_hide_sealed_rows_spare_later_writes_and_are_folded_by_a_reseal() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(dir.path()).unwrap();
+        let cols = columns();
+        e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0), ("a", 2, 2.0), ("b", 1, 3.0), ("b", 5, 4.0)])])]).unwrap();
+        e.seal(1, &cols).unwrap();
+        // Delete host a at times [0, 2): one sealed row.
+        assert_eq!(e.delete(1, &predicate(&[], 0, 0)).unwrap(), 0, "an empty range deletes nothing");
+        let pred = DeletePredicate {
+            start_ns: 0,
+            end_ns: 2,
+            tags: vec![sealion_common::proto::TagMatch { name: "host".into(), values: vec!["a".into()] }],
+        };
+        assert_eq!(e.delete(1, &pred).unwrap(), 1);
+        assert_eq!(
+            all_rows(&e, vec![1]).iter().map(|r| (r.0.clone().unwrap(), r.1)).collect::<Vec<_>>(),
+            vec![("a".into(), 2), ("b".into(), 1), ("b".into(), 5)]
+        );
+        // A row written after the delete that matches it stays.
+        e.write(&cols, &[(1, vec![batch(&[("a", 1, 9.0)])])]).unwrap();
+        assert_eq!(all_rows(&e, vec![1]).len(), 4);
+        let st = e.stats(1).unwrap();
+        assert_eq!((st.rows, st.deleted_rows, st.late_rows), (4, 1, 1));
+        let want = all_rows(&e, vec![1]);
+        assert!(matches!(e.seal(1, &cols).unwrap(), SealOutcome::Resealed { rows: 4, .. }));
+        assert_eq!(all_rows(&e, vec![1]), want);
+        let st = e.stats(1).unwrap();
+        assert_eq!((st.rows, st.deleted_rows, st.late_rows), (4, 0, 0), "the reseal folded the delete in");
+        drop(e);
+        let e = Engine::open(dir.path()).unwrap();
+        assert_eq!(all_rows(&e, vec![1]), want);
     }
 
     #[test]

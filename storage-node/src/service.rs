@@ -21,7 +21,7 @@ use sealion_common::meta_client::MetaClient;
 use sealion_common::proto::storage_server::Storage;
 use sealion_common::proto::{
     DropPartitionsReply, DropPartitionsRequest, PartitionStats, PartitionStatsReply,
-    PartitionStatsRequest, ScanRequest, SealReply, SealRequest, SealResult, WriteReply, WriteRequest,
+    DeleteReply, DeleteRequest, PartitionStatsRequest, ScanRequest, SealReply, SealRequest, SealResult, WriteReply, WriteRequest,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -67,13 +67,13 @@ pub async fn seal_due(ctx: &Arc<NodeContext>, pid: u64) -> Result<bool> {
     let engine = ctx.engine.clone();
     let fraction = ctx.seal_policy.reseal_fraction;
     tokio::task::spawn_blocking(move || -> Result<bool> {
-        let open = engine.open_rows(pid)?;
-        if open == 0 {
-            return Ok(false);
-        }
         Ok(match engine.sealed_file(pid)? {
-            None => true,
-            Some(f) => open as f64 >= fraction * f.summary().rows as f64,
+            None => engine.open_rows(pid)? > 0,
+            Some(f) => {
+                let stats = engine.stats(pid)?;
+                let changed = stats.late_rows + stats.deleted_rows;
+                changed > 0 && changed as f64 >= fraction * f.summary().rows as f64
+            }
         })
     })
     .await
@@ -224,6 +224,7 @@ impl Storage for StorageService {
                         sealed: s.sealed,
                         late_rows: s.late_rows,
                         sealed_rows: s.sealed_rows,
+                        deleted_rows: s.deleted_rows,
                     })
                 })
                 .collect::<Result<Vec<_>>>()
@@ -231,6 +232,32 @@ impl Storage for StorageService {
         .await
         .map_err(|e| Status::internal(format!("stats task failed: {e}")))??;
         Ok(Response::new(PartitionStatsReply { stats }))
+    }
+
+    async fn delete(&self, request: Request<DeleteRequest>) -> Result<Response<DeleteReply>, Status> {
+        let req = request.into_inner();
+        let pred = req
+            .predicate
+            .ok_or_else(|| Status::invalid_argument("delete without a predicate"))?;
+        self.ctx.check_held(&req.partition_ids).await?;
+        let engine = self.ctx.engine.clone();
+        let ids = req.partition_ids.clone();
+        let deleted = tokio::task::spawn_blocking(move || -> Result<u64> {
+            let mut n = 0;
+            for pid in ids {
+                n += engine.delete(pid, &pred)?;
+            }
+            Ok(n)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("delete task failed: {e}")))??;
+        if let Ok(mut last) = self.ctx.last_write.lock() {
+            let now = std::time::Instant::now();
+            for id in &req.partition_ids {
+                last.insert(*id, now);
+            }
+        }
+        Ok(Response::new(DeleteReply { rows_deleted: deleted }))
     }
 
     async fn seal(&self, request: Request<SealRequest>) -> Result<Response<SealReply>, Status> {
