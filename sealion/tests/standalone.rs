@@ -483,3 +483,27 @@ async fn delete_by_tags_and_time_is_visible_at_once_on_open_and_sealed_partition
     assert!(body["error"].as_str().unwrap().contains("DELETE condition"), "{body}");
     assert_eq!(s.http.rows("public", PER_HOST_SQL).await, before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_sealed_file_is_reported_as_corrupt_never_read_as_values() {
+    let s = start_standalone_with(&["--seal-check-interval-ms", "0"]).await;
+    let data = Dataset { hosts: 3, days: 1, step_s: 60 };
+    for batch in data.batches(5_000) {
+        let (status, body) = s.http.write("public", batch).await;
+        assert_eq!(status, 204, "{body}");
+    }
+    let r = s.http.client.post(format!("{}/api/v1/admin/seal?table=cpu", s.http.base)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let sealed_dir = s._dir.path().join("data").join("storage").join("sealed");
+    let file = std::fs::read_dir(&sealed_dir).unwrap().next().unwrap().unwrap().path();
+    // Flip a byte in the middle of the data pages.
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() / 3;
+    bytes[at] ^= 0x5a;
+    std::fs::write(&file, &bytes).unwrap();
+    let (status, body) = s.http.sql("public", "SELECT sum(usage), sum(n) FROM cpu").await;
+    assert!(status >= 500, "a corrupt page must fail the query: {status} {body}");
+    let msg = body["error"].as_str().unwrap_or_default().to_lowercase();
+    assert!(msg.contains("corrupt") || msg.contains("checksum"), "{body}");
+    assert!(msg.contains(".slf"), "the error names the file: {body}");
+}
