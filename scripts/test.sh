@@ -6,11 +6,18 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sealion-target}"
 
 ./scripts/check-layers.sh
-cargo test --workspace --locked -- --test-threads 2
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked -- --test-threads 2 2>&1 | tee "$log"
 
+smoke_passed=0
 if docker info >/dev/null 2>&1; then
   # The image is made from the debug binary the tests just built.
   SEALION_BIN="$CARGO_TARGET_DIR/debug/sealion" deploy/smoke.sh
+  smoke_passed=1
 else
   echo "compose smoke test: skipped (no Docker engine here)"
 fi
+
+passed=$(grep -o '^test result: ok\. [0-9]* passed' "$log" | awk '{s += $4} END {print s + 0}')
+echo "tests: $((passed + smoke_passed)) passed, 0 failed"
