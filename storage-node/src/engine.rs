@@ -469,14 +469,24 @@ impl Engine {
 
     /// Rows, bytes and seal state of a partition.
     pub fn stats(&self, partition_id: u64) -> Result<Stats> {
+        // The snapshot and the file are taken together, as a scan takes them,
+        // so a seal committing meanwhile does not make rows count twice.
+        let (snapshot, file) = {
+            let _shared = self.swap.read().map_err(|_| poisoned())?;
+            (self.db.snapshot(), self.sealed_file(partition_id)?)
+        };
+        let prefix = partition_prefix(partition_id);
+        let open_iter = || {
+            snapshot.iterator_opt(IteratorMode::From(&prefix, Direction::Forward), partition_read_options(partition_id))
+        };
         let mut stats = Stats::default();
         let mut open_rows = 0u64;
-        for item in self.partition_iter(partition_id) {
+        for item in open_iter() {
             let (key, value) = item?;
             open_rows += 1;
             stats.bytes += (key.len() + value.len()) as u64;
         }
-        match self.sealed_file(partition_id)? {
+        match file {
             None => stats.rows = open_rows,
             Some(f) => {
                 stats.sealed = true;
@@ -484,7 +494,7 @@ impl Engine {
                 stats.late_rows = open_rows;
                 stats.bytes += f.summary().bytes;
                 let deletes: Vec<DeletePredicate> =
-                    self.live_deletes(partition_id)?.into_iter().map(|(_, d)| d).collect();
+                    self.snapshot_deletes(&snapshot, partition_id)?.into_iter().map(|(_, d)| d).collect();
                 if !deletes.is_empty() {
                     let mut kept = 0u64;
                     for row in without_deleted(f.rows(), deletes.clone(), partition_id) {
@@ -496,9 +506,8 @@ impl Engine {
                 stats.rows = if open_rows == 0 && deletes.is_empty() {
                     f.summary().rows
                 } else {
-                    let late = rocks_rows(self.partition_iter(partition_id), partition_id);
                     let mut n = 0u64;
-                    for row in merge_rows(without_deleted(f.rows(), deletes, partition_id), late) {
+                    for row in merge_rows(without_deleted(f.rows(), deletes, partition_id), rocks_rows(open_iter(), partition_id)) {
                         row?;
                         n += 1;
                     }
@@ -522,6 +531,18 @@ impl Engine {
         columns: &[Column],
         fail_at: Option<SealFailPoint>,
     ) -> Result<SealOutcome> {
+        self.seal_inner(partition_id, columns, fail_at, &|| {})
+    }
+
+    /// `before_commit` runs after the new file is in place and before the
+    /// swap: tests use it to write and delete in that window.
+    fn seal_inner(
+        &self,
+        partition_id: u64,
+        columns: &[Column],
+        fail_at: Option<SealFailPoint>,
+        before_commit: &dyn Fn(),
+    ) -> Result<SealOutcome> {
         let _one = self.sealing.lock().map_err(|_| poisoned())?;
         let existing = self.sealed_file(partition_id)?;
         let resealed = existing.is_some();
@@ -532,7 +553,9 @@ impl Engine {
             .next()
             .is_some();
         let logged = self.snapshot_deletes(&snapshot, partition_id)?;
-        let folded_seq = logged.last().map(|(seq, _)| *seq);
+        // Exactly the log entries the new file reflects; a delete that commits
+        // after the snapshot (even with a smaller sequence number) is not one.
+        let folded: Vec<u64> = logged.iter().map(|(seq, _)| *seq).collect();
         let deletes: Vec<DeletePredicate> = logged.into_iter().map(|(_, d)| d).collect();
         match (&existing, has_open, deletes.is_empty()) {
             (None, false, _) => return Ok(SealOutcome::Empty),
@@ -547,8 +570,15 @@ impl Engine {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let name = format!("{partition_id:016x}-{unique}.{FILE_SUFFIX}");
-        let path = self.sealed_dir.join(&name);
+        let mut attempt = 0u32;
+        let (name, path) = loop {
+            let name = format!("{partition_id:016x}-{unique}-{attempt}.{FILE_SUFFIX}");
+            let path = self.sealed_dir.join(&name);
+            if !path.exists() && !self.sealed_dir.join(format!("{name}.tmp")).exists() {
+                break (name, path);
+            }
+            attempt += 1;
+        };
         let tmp = self.sealed_dir.join(format!("{name}.tmp"));
         let summary = match &existing {
             None => write_sealed(&tmp, partition_id, columns, open)?,
@@ -568,6 +598,7 @@ impl Engine {
             return Err(Error::Internal("fail point: after rename".into()));
         }
         let file = Arc::new(SealedFile::open(&path)?);
+        before_commit();
         {
             let _exclusive = self.swap.write().map_err(|_| poisoned())?;
             let cf = self
@@ -577,25 +608,46 @@ impl Engine {
             let mut batch = WriteBatch::default();
             // Delete exactly the open rows the file holds: those unchanged
             // since the snapshot. A row rewritten since stays, as a late row.
+            // Deletes logged after the snapshot apply to the new file: a row
+            // they match that is in RocksDB now was written after them, so it
+            // must stay as a late row (it wins over the file's copy).
+            let newer: Vec<DeletePredicate> = self
+                .live_deletes(partition_id)?
+                .into_iter()
+                .filter(|(seq, _)| !folded.contains(seq))
+                .map(|(_, d)| d)
+                .collect();
             for item in self.partition_iter(partition_id) {
                 let (key, value) = item?;
-                if snapshot.get(&key)?.as_deref() == Some(&value[..]) {
-                    batch.delete(&key);
+                if snapshot.get(&key)?.as_deref() != Some(&value[..]) {
+                    continue;
                 }
+                if !newer.is_empty() {
+                    let (_, series, time_ns) = decode_key(&key).ok_or_else(|| Error::Corrupt {
+                        partition_id,
+                        reason: "bad key".into(),
+                    })?;
+                    let row = SortedRow { series: series.to_vec(), time_ns, value: Vec::new() };
+                    let mut hidden = false;
+                    for d in &newer {
+                        hidden |= row_matches(d, &row, partition_id)?;
+                    }
+                    if hidden {
+                        continue;
+                    }
+                }
+                batch.delete(&key);
             }
             batch.put_cf(&cf, partition_id.to_be_bytes(), name.as_bytes());
             // Deletes the new file already reflects leave the log; later ones
             // stay and apply to it.
-            if let Some(last) = folded_seq {
-                let dcf = self
-                    .db
-                    .cf_handle(DELETES_CF)
-                    .ok_or_else(|| Error::Internal("no deletes column family".into()))?;
-                let mut from = partition_prefix(partition_id).to_vec();
-                from.extend_from_slice(&0u64.to_be_bytes());
-                let mut to = partition_prefix(partition_id).to_vec();
-                to.extend_from_slice(&last.saturating_add(1).to_be_bytes());
-                batch.delete_range_cf(&dcf, from, to);
+            if !folded.is_empty() {
+                let dcf = self.deletes_cf()?;
+                for seq in &folded {
+                    let mut key = partition_prefix(partition_id).to_vec();
+                    key.extend_from_slice(&seq.to_be_bytes());
+                    batch.delete_cf(dcf, key);
+                }
             }
             let mut opts = WriteOptions::default();
             opts.set_sync(true);
@@ -919,6 +971,39 @@ mod tests {
         drop(e);
         let e = Engine::open(dir.path()).unwrap();
         assert_eq!(all_rows(&e, vec![1]), want);
+    }
+
+    #[test]
+    fn writes_and_deletes_during_a_seal_are_neither_lost_nor_undone() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(dir.path()).unwrap();
+        let cols = columns();
+        e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0), ("c", 3, 3.0)])])]).unwrap();
+        let only_a = DeletePredicate {
+            start_ns: i64::MIN,
+            end_ns: i64::MAX,
+            tags: vec![sealion_common::proto::TagMatch { name: "host".into(), values: vec!["a".into()] }],
+        };
+        let only_b = DeletePredicate {
+            tags: vec![sealion_common::proto::TagMatch { name: "host".into(), values: vec!["b".into()] }],
+            ..only_a.clone()
+        };
+        // Between the snapshot and the swap: delete a, then write a again
+        // with the very same bytes; delete b for good; overwrite c.
+        e.seal_inner(1, &cols, None, &|| {
+            assert_eq!(e.delete(1, &only_a).unwrap(), 1);
+            e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0)])])]).unwrap();
+            assert_eq!(e.delete(1, &only_b).unwrap(), 1);
+            e.write(&cols, &[(1, vec![batch(&[("c", 3, 30.0)])])]).unwrap();
+        })
+        .unwrap();
+        let want = vec![(Some("a".to_string()), 1, Some(1.0)), (Some("c".to_string()), 3, Some(30.0))];
+        assert_eq!(all_rows(&e, vec![1]), want);
+        e.seal(1, &cols).unwrap();
+        assert_eq!(all_rows(&e, vec![1]), want, "after the reseal");
+        drop(e);
+        let e = Engine::open(dir.path()).unwrap();
+        assert_eq!(all_rows(&e, vec![1]), want, "after a restart");
     }
 
     #[test]
