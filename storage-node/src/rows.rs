@@ -27,13 +27,15 @@ use sealion_common::proto::{Column, ColumnKind, DataType};
 
 use crate::{Error, Result};
 
-const ROW_FORMAT_V1: u8 = 1;
+// The row value format, shared with the sealed file's writer and reader
+// (which re-encode rows in it).
+pub(crate) const ROW_FORMAT_V1: u8 = 1;
 
-const T_F64: u8 = 1;
-const T_I64: u8 = 2;
-const T_U64: u8 = 3;
-const T_BOOL: u8 = 4;
-const T_STR: u8 = 5;
+pub(crate) const T_F64: u8 = 1;
+pub(crate) const T_I64: u8 = 2;
+pub(crate) const T_U64: u8 = 3;
+pub(crate) const T_BOOL: u8 = 4;
+pub(crate) const T_STR: u8 = 5;
 
 /// Largest tag or field name, and largest text value, a row may hold.
 pub const MAX_NAME_BYTES: usize = u16::MAX as usize;

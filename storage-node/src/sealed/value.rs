@@ -10,14 +10,7 @@
 use sealion_common::proto::{Column, ColumnKind, DataType};
 
 use crate::columnar::ColumnType;
-use crate::rows::Value;
-
-const ROW_FORMAT_V1: u8 = 1;
-const T_F64: u8 = 1;
-const T_I64: u8 = 2;
-const T_U64: u8 = 3;
-const T_BOOL: u8 = 4;
-const T_STR: u8 = 5;
+use crate::rows::{ROW_FORMAT_V1, T_BOOL, T_F64, T_I64, T_STR, T_U64, Value};
 
 /// What one stored column chunk holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
