@@ -17,15 +17,34 @@ use arrow::array::{ArrayRef, Float64Array, StringArray, TimestampNanosecondArray
 use arrow::record_batch::RecordBatch;
 use sealion_common::catalog::arrow_schema;
 use sealion_common::proto::{Column, ColumnKind, DataType, ScanRequest};
-use sealion_storage::columnar::{ColumnValues, Compression, EncodeOptions, Encoding, Page, decode_page, encode_page};
+use sealion_storage::columnar::{
+    ColumnValues, Compression, EncodeOptions, Encoding, Page, decode_page, encode_page,
+};
 use sealion_storage::engine::Engine;
 
 const TAGS: [&str; 10] = [
-    "hostname", "region", "datacenter", "rack", "os", "arch", "team", "service", "service_version", "service_environment",
+    "hostname",
+    "region",
+    "datacenter",
+    "rack",
+    "os",
+    "arch",
+    "team",
+    "service",
+    "service_version",
+    "service_environment",
 ];
 const FIELDS: [&str; 10] = [
-    "usage_user", "usage_system", "usage_idle", "usage_nice", "usage_iowait", "usage_irq", "usage_softirq",
-    "usage_steal", "usage_guest", "usage_guest_nice",
+    "usage_user",
+    "usage_system",
+    "usage_idle",
+    "usage_nice",
+    "usage_iowait",
+    "usage_irq",
+    "usage_softirq",
+    "usage_steal",
+    "usage_guest",
+    "usage_guest_nice",
 ];
 const DAY0_NS: i64 = 1_704_067_200_000_000_000;
 const STEP_NS: i64 = 10_000_000_000;
@@ -45,14 +64,35 @@ impl Rng {
 }
 
 fn columns() -> Vec<Column> {
-    let mut c = vec![Column { name: "time".into(), kind: ColumnKind::Time as i32, data_type: DataType::Timestamp as i32 }];
-    c.extend(TAGS.iter().map(|t| Column { name: (*t).into(), kind: ColumnKind::Tag as i32, data_type: DataType::String as i32 }));
-    c.extend(FIELDS.iter().map(|f| Column { name: (*f).into(), kind: ColumnKind::Field as i32, data_type: DataType::Float64 as i32 }));
+    let mut c = vec![Column {
+        name: "time".into(),
+        kind: ColumnKind::Time as i32,
+        data_type: DataType::Timestamp as i32,
+    }];
+    c.extend(TAGS.iter().map(|t| Column {
+        name: (*t).into(),
+        kind: ColumnKind::Tag as i32,
+        data_type: DataType::String as i32,
+    }));
+    c.extend(FIELDS.iter().map(|f| Column {
+        name: (*f).into(),
+        kind: ColumnKind::Field as i32,
+        data_type: DataType::Float64 as i32,
+    }));
     c
 }
 
 fn host_tags(h: usize) -> Vec<String> {
-    let regions = ["us-east-1", "us-west-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1", "ap-northeast-1", "sa-east-1"];
+    let regions = [
+        "us-east-1",
+        "us-west-1",
+        "us-west-2",
+        "eu-west-1",
+        "eu-central-1",
+        "ap-southeast-1",
+        "ap-northeast-1",
+        "sa-east-1",
+    ];
     let r = regions[h % regions.len()];
     vec![
         format!("host_{h}"),
@@ -74,7 +114,9 @@ fn generate(hosts: usize, rows_per_host: usize, chunk: usize) -> Vec<RecordBatch
     let schema = arrow_schema(&columns());
     let tags: Vec<Vec<String>> = (0..hosts).map(host_tags).collect();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let mut walk: Vec<[i64; 10]> = (0..hosts).map(|_| std::array::from_fn(|_| rng.below(101) as i64)).collect();
+    let mut walk: Vec<[i64; 10]> = (0..hosts)
+        .map(|_| std::array::from_fn(|_| rng.below(101) as i64))
+        .collect();
     let total = hosts * rows_per_host;
     let mut batches = Vec::new();
     let mut start = 0;
@@ -95,10 +137,23 @@ fn generate(hosts: usize, rows_per_host: usize, chunk: usize) -> Vec<RecordBatch
                 col.push(walk[h][f] as f64);
             }
         }
-        let mut arrays: Vec<ArrayRef> = vec![Arc::new(TimestampNanosecondArray::from(time).with_timezone("UTC"))];
-        arrays.extend(tag_cols.into_iter().map(|c| Arc::new(StringArray::from(c)) as ArrayRef));
-        arrays.extend(field_cols.into_iter().map(|c| Arc::new(Float64Array::from(c)) as ArrayRef));
-        batches.push(RecordBatch::try_new(schema.clone(), arrays).expect("generated batch matches its schema"));
+        let mut arrays: Vec<ArrayRef> = vec![Arc::new(
+            TimestampNanosecondArray::from(time).with_timezone("UTC"),
+        )];
+        arrays.extend(
+            tag_cols
+                .into_iter()
+                .map(|c| Arc::new(StringArray::from(c)) as ArrayRef),
+        );
+        arrays.extend(
+            field_cols
+                .into_iter()
+                .map(|c| Arc::new(Float64Array::from(c)) as ArrayRef),
+        );
+        batches.push(
+            RecordBatch::try_new(schema.clone(), arrays)
+                .expect("generated batch matches its schema"),
+        );
         start = end;
     }
     batches
@@ -109,7 +164,8 @@ fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let after = stat.rsplit(')').next().unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0) + f.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks: f64 = f.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
     ticks / 100.0
 }
 
@@ -148,9 +204,20 @@ fn parquet_bytes(batches: &[RecordBatch], hosts: usize) -> anyhow::Result<u64> {
     Ok(buf.len() as u64)
 }
 
-fn decode_rate(name: &str, page: &Page, encoding: Encoding, runs: usize) -> anyhow::Result<(String, String, f64)> {
-    let bytes = encode_page(page, &EncodeOptions { compression: Compression::None, encoding: Some(encoding) })
-        .with_context(|| format!("encoding {name}"))?;
+fn decode_rate(
+    name: &str,
+    page: &Page,
+    encoding: Encoding,
+    runs: usize,
+) -> anyhow::Result<(String, String, f64)> {
+    let bytes = encode_page(
+        page,
+        &EncodeOptions {
+            compression: Compression::None,
+            encoding: Some(encoding),
+        },
+    )
+    .with_context(|| format!("encoding {name}"))?;
     let n = page.values.len() as f64;
     let mut rates = Vec::new();
     for _ in 0..runs + 1 {
@@ -166,7 +233,11 @@ fn decode_rate(name: &str, page: &Page, encoding: Encoding, runs: usize) -> anyh
     }
     rates.remove(0); // warm-up
     let (_, med, _) = median(rates);
-    Ok((name.to_string(), format!("{:.3}", bytes.len() as f64 / n), med))
+    Ok((
+        name.to_string(),
+        format!("{:.3}", bytes.len() as f64 / n),
+        med,
+    ))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -217,7 +288,15 @@ fn main() -> anyhow::Result<()> {
         // Parity: the sealed partition returns every row.
         let mut n = 0u64;
         engine.scan(
-            &ScanRequest { table_id: 1, partition_ids: vec![1], start_ns: i64::MIN, end_ns: i64::MAX, projection: vec![], table_columns: cols.clone(), limit: 0 },
+            &ScanRequest {
+                table_id: 1,
+                partition_ids: vec![1],
+                start_ns: i64::MIN,
+                end_ns: i64::MAX,
+                projection: vec![],
+                table_columns: cols.clone(),
+                limit: 0,
+            },
             |b| {
                 n += b.num_rows() as u64;
                 true
@@ -235,31 +314,88 @@ fn main() -> anyhow::Result<()> {
     let ints: Vec<i64> = (0..1024).map(|_| rng.below(101) as i64).collect();
     let times: Vec<i64> = (0..1024).map(|k| DAY0_NS + k * STEP_NS).collect();
     let mut w = 50i64;
-    let walk: Vec<f64> = (0..1024).map(|_| { w = (w + rng.below(11) as i64 - 5).clamp(0, 100); w as f64 }).collect();
+    let walk: Vec<f64> = (0..1024)
+        .map(|_| {
+            w = (w + rng.below(11) as i64 - 5).clamp(0, 100);
+            w as f64
+        })
+        .collect();
     let floats: Vec<f64> = (0..1024).map(|_| rng.below(1 << 52) as f64 / 7.3).collect();
     let text: Vec<String> = (0..1024).map(|k| format!("host_{}", k / 103)).collect();
-    let page = |v: ColumnValues| Page { values: v, nulls: None };
+    let page = |v: ColumnValues| Page {
+        values: v,
+        nulls: None,
+    };
     let rates = vec![
-        decode_rate("integers 0-100, frame of reference", &page(ColumnValues::Int64(ints)), Encoding::FrameOfReference, runs)?,
-        decode_rate("timestamps 10 s, delta", &page(ColumnValues::Timestamp(times.clone())), Encoding::Delta, runs)?,
-        decode_rate("timestamps 10 s, delta of delta", &page(ColumnValues::Timestamp(times)), Encoding::DeltaOfDelta, runs)?,
-        decode_rate("integer-valued floats", &page(ColumnValues::Float64(walk)), Encoding::IntegerFloat, runs)?,
-        decode_rate("random floats, Gorilla", &page(ColumnValues::Float64(floats)), Encoding::Gorilla, runs)?,
-        decode_rate("tag text, dictionary", &page(ColumnValues::Text(text)), Encoding::Dictionary, runs)?,
+        decode_rate(
+            "integers 0-100, frame of reference",
+            &page(ColumnValues::Int64(ints)),
+            Encoding::FrameOfReference,
+            runs,
+        )?,
+        decode_rate(
+            "timestamps 10 s, delta",
+            &page(ColumnValues::Timestamp(times.clone())),
+            Encoding::Delta,
+            runs,
+        )?,
+        decode_rate(
+            "timestamps 10 s, delta of delta",
+            &page(ColumnValues::Timestamp(times)),
+            Encoding::DeltaOfDelta,
+            runs,
+        )?,
+        decode_rate(
+            "integer-valued floats",
+            &page(ColumnValues::Float64(walk)),
+            Encoding::IntegerFloat,
+            runs,
+        )?,
+        decode_rate(
+            "random floats, Gorilla",
+            &page(ColumnValues::Float64(floats)),
+            Encoding::Gorilla,
+            runs,
+        )?,
+        decode_rate(
+            "tag text, dictionary",
+            &page(ColumnValues::Text(text)),
+            Encoding::Dictionary,
+            runs,
+        )?,
     ];
 
     let (wmin, wmed, wmax) = median(wall);
     let (cmin, cmed, cmax) = median(cpu);
     println!("# Sealion storage benchmark\n");
-    println!("- date: {}", chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"));
-    println!("- machine: {} cores", std::thread::available_parallelism().map_or(0, |n| n.get()));
-    println!("- data: TSBS cpu-only shape, {hosts} hosts x {rows_per_host} rows (10 s), 10 tags, 10 integer-valued float fields: {rows} rows, {} field values", rows * 10);
+    println!(
+        "- date: {}",
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
+    );
+    println!(
+        "- machine: {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "- data: TSBS cpu-only shape, {hosts} hosts x {rows_per_host} rows (10 s), 10 tags, 10 integer-valued float fields: {rows} rows, {} field values",
+        rows * 10
+    );
     println!("- runs: {runs} after one warm-up; min / median / max\n");
-    println!("| measure | Sealion sealed file | zstd Parquet (arrow writer, same rows, sorted by host, time) |");
+    println!(
+        "| measure | Sealion sealed file | zstd Parquet (arrow writer, same rows, sorted by host, time) |"
+    );
     println!("|---|---|---|");
     println!("| bytes on disk | {file_bytes} | {pq} |");
-    println!("| bytes per field value (time and tags included) | {:.3} | {:.3} |", file_bytes as f64 / values, pq as f64 / values);
-    println!("| bytes per row | {:.2} | {:.2} |\n", file_bytes as f64 / rows as f64, pq as f64 / rows as f64);
+    println!(
+        "| bytes per field value (time and tags included) | {:.3} | {:.3} |",
+        file_bytes as f64 / values,
+        pq as f64 / values
+    );
+    println!(
+        "| bytes per row | {:.2} | {:.2} |\n",
+        file_bytes as f64 / rows as f64,
+        pq as f64 / rows as f64
+    );
     println!("| seal throughput | min | median | max |");
     println!("|---|---|---|---|");
     println!("| rows per CPU-second (all threads' CPU time) | {cmin:.0} | {cmed:.0} | {cmax:.0} |");
@@ -269,6 +405,9 @@ fn main() -> anyhow::Result<()> {
     for (name, bpv, rate) in rates {
         println!("| {name} | {bpv} | {:.0}M |", rate / 1e6);
     }
-    println!("\npeak resident memory of the whole run (generation, RocksDB writes, seals): {:.0} MiB", peak_rss_mib());
+    println!(
+        "\npeak resident memory of the whole run (generation, RocksDB writes, seals): {:.0} MiB",
+        peak_rss_mib()
+    );
     Ok(())
 }

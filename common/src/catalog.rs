@@ -52,7 +52,9 @@ pub fn arrow_field(c: &Column) -> Field {
 
 /// Arrow schema of `columns`, in their order.
 pub fn arrow_schema(columns: &[Column]) -> SchemaRef {
-    Arc::new(Schema::new(columns.iter().map(arrow_field).collect::<Vec<_>>()))
+    Arc::new(Schema::new(
+        columns.iter().map(arrow_field).collect::<Vec<_>>(),
+    ))
 }
 
 pub fn time_column(table: &Table) -> Option<&Column> {

@@ -196,7 +196,12 @@ impl MetaClient {
         let mut rx = self.state_rx.clone();
         let caught_up = tokio::time::timeout(Duration::from_secs(2), async {
             loop {
-                if rx.borrow().state.as_ref().is_some_and(|s| s.version >= version) {
+                if rx
+                    .borrow()
+                    .state
+                    .as_ref()
+                    .is_some_and(|s| s.version >= version)
+                {
                     return;
                 }
                 if rx.changed().await.is_err() {
@@ -206,7 +211,10 @@ impl MetaClient {
         })
         .await;
         if caught_up.is_err() {
-            tracing::debug!(version, "watch stream lags; state stays as it is until it catches up");
+            tracing::debug!(
+                version,
+                "watch stream lags; state stays as it is until it catches up"
+            );
         }
     }
 

@@ -8,7 +8,8 @@ use tracing_subscriber::EnvFilter;
 /// Installs the tracing subscriber once; later calls do nothing. The filter
 /// comes from `RUST_LOG`, else `default_filter`.
 pub fn init_logging(default_filter: &str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

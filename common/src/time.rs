@@ -31,15 +31,17 @@ pub fn partition_end(start_ns: i64, interval_ns: i64) -> i64 {
 /// integer.
 pub fn parse_duration_ns(text: &str) -> Result<i64> {
     let s = text.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(s.len());
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: i64 = num
-        .parse()
-        .map_err(|_| Error::Invalid(format!("invalid duration '{text}': expected e.g. '1d', '6h', '30m'")))?;
+    let n: i64 = num.parse().map_err(|_| {
+        Error::Invalid(format!(
+            "invalid duration '{text}': expected e.g. '1d', '6h', '30m'"
+        ))
+    })?;
     if n <= 0 {
-        return Err(Error::Invalid(format!("duration '{text}' must be positive")));
+        return Err(Error::Invalid(format!(
+            "duration '{text}' must be positive"
+        )));
     }
     let unit_ns: i64 = match unit.trim().to_ascii_lowercase().as_str() {
         "ns" | "nanosecond" | "nanoseconds" => 1,
@@ -76,7 +78,10 @@ mod tests {
     #[test]
     fn durations_parse_in_every_unit() {
         assert_eq!(parse_duration_ns("1d").unwrap(), NANOS_PER_DAY);
-        assert_eq!(parse_duration_ns("2 hours").unwrap(), 7_200 * NANOS_PER_SECOND);
+        assert_eq!(
+            parse_duration_ns("2 hours").unwrap(),
+            7_200 * NANOS_PER_SECOND
+        );
         assert_eq!(parse_duration_ns("500ms").unwrap(), 500_000_000);
         assert_eq!(parse_duration_ns("1w").unwrap(), 7 * NANOS_PER_DAY);
         assert!(parse_duration_ns("0d").is_err());

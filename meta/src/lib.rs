@@ -35,4 +35,6 @@ pub mod store;
 pub mod types;
 
 pub use error::{Error, Result};
-pub use server::{DEFAULT_NODE_TIMEOUT_MS, DEFAULT_RETENTION_CHECK_INTERVAL_MS, MetaConfig, MetaServer};
+pub use server::{
+    DEFAULT_NODE_TIMEOUT_MS, DEFAULT_RETENTION_CHECK_INTERVAL_MS, MetaConfig, MetaServer,
+};

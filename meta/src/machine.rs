@@ -17,8 +17,9 @@ use sealion_common::catalog::{
 use sealion_common::time::{DEFAULT_PARTITION_INTERVAL_NS, partition_end};
 use sealion_proto::{
     AddColumns, ClusterState, Column, ColumnKind, CreateDatabase, CreateTable, DataType, Database,
-    DropDatabase, DropTable, EnsurePartitions, ExpirePartitions, MetaCommand, SetPartitionState, MetaResponse, Partition,
-    PartitionState, RegisterNode, StorageNode, Table, meta_command::Cmd,
+    DropDatabase, DropTable, EnsurePartitions, ExpirePartitions, MetaCommand, MetaResponse,
+    Partition, PartitionState, RegisterNode, SetPartitionState, StorageNode, Table,
+    meta_command::Cmd,
 };
 
 /// Error kinds carried in `MetaResponse.error_kind`; clients match on them.
@@ -421,10 +422,16 @@ fn expire_partitions(state: &mut ClusterState, c: &ExpirePartitions) -> Outcome 
 
 fn set_partition_state(state: &mut ClusterState, c: &SetPartitionState) -> Outcome {
     let Some(p) = state.partitions.iter_mut().find(|p| p.id == c.partition_id) else {
-        return Err(Refusal::new(kind::NOT_FOUND, format!("partition {} does not exist", c.partition_id)));
+        return Err(Refusal::new(
+            kind::NOT_FOUND,
+            format!("partition {} does not exist", c.partition_id),
+        ));
     };
     if c.state == PartitionState::Unspecified as i32 || PartitionState::try_from(c.state).is_err() {
-        return Err(invalid(format!("partition state {} is not a state", c.state)));
+        return Err(invalid(format!(
+            "partition state {} is not a state",
+            c.state
+        )));
     }
     p.state = c.state;
     Ok(MetaResponse {
@@ -440,7 +447,9 @@ pub fn expired_partitions(state: &ClusterState, now_ns: i64) -> Vec<u64> {
         .iter()
         .filter(|p| {
             state.tables.iter().any(|t| {
-                t.id == p.table_id && t.retention_ns > 0 && p.end_ns <= now_ns.saturating_sub(t.retention_ns)
+                t.id == p.table_id
+                    && t.retention_ns > 0
+                    && p.end_ns <= now_ns.saturating_sub(t.retention_ns)
             })
         })
         .map(|p| p.id)
@@ -952,7 +961,10 @@ mod tests {
         let t = cpu_table(&mut s);
         register(&mut s, 0, "n1:1");
         let day = DEFAULT_PARTITION_INTERVAL_NS;
-        assert_eq!(ensure(&mut s, t.id, vec![0, day, 2 * day], vec![1]).error, "");
+        assert_eq!(
+            ensure(&mut s, t.id, vec![0, day, 2 * day], vec![1]).error,
+            ""
+        );
         // No retention: nothing expires, however old.
         assert!(expired_partitions(&s, 100 * day).is_empty());
         s.tables.iter_mut().for_each(|x| x.retention_ns = day);
@@ -962,11 +974,21 @@ mod tests {
         assert_eq!(expired.len(), 1);
         let first = s.partitions.iter().find(|p| p.start_ns == 0).unwrap().id;
         assert_eq!(expired, vec![first]);
-        let r = run(&mut s, Cmd::ExpirePartitions(ExpirePartitions { partition_ids: expired.clone() }));
+        let r = run(
+            &mut s,
+            Cmd::ExpirePartitions(ExpirePartitions {
+                partition_ids: expired.clone(),
+            }),
+        );
         assert_eq!(r.error, "");
         assert_eq!(r.partitions.len(), 1);
         assert_eq!(s.partitions.len(), 2);
-        let again = run(&mut s, Cmd::ExpirePartitions(ExpirePartitions { partition_ids: expired }));
+        let again = run(
+            &mut s,
+            Cmd::ExpirePartitions(ExpirePartitions {
+                partition_ids: expired,
+            }),
+        );
         assert_eq!(again.error, "");
         assert!(again.partitions.is_empty());
         assert_eq!(s.partitions.len(), 2);
@@ -980,12 +1002,30 @@ mod tests {
         assert_eq!(ensure(&mut s, t.id, vec![0], vec![1]).error, "");
         let pid = s.partitions[0].id;
         assert_eq!(s.partitions[0].state(), PartitionState::Open);
-        let r = run(&mut s, Cmd::SetPartitionState(SetPartitionState { partition_id: pid, state: PartitionState::Sealed as i32 }));
+        let r = run(
+            &mut s,
+            Cmd::SetPartitionState(SetPartitionState {
+                partition_id: pid,
+                state: PartitionState::Sealed as i32,
+            }),
+        );
         assert_eq!(r.error, "");
         assert_eq!(s.partitions[0].state(), PartitionState::Sealed);
-        let r = run(&mut s, Cmd::SetPartitionState(SetPartitionState { partition_id: pid + 99, state: PartitionState::Sealed as i32 }));
+        let r = run(
+            &mut s,
+            Cmd::SetPartitionState(SetPartitionState {
+                partition_id: pid + 99,
+                state: PartitionState::Sealed as i32,
+            }),
+        );
         assert_eq!(r.error_kind, kind::NOT_FOUND);
-        let r = run(&mut s, Cmd::SetPartitionState(SetPartitionState { partition_id: pid, state: 42 }));
+        let r = run(
+            &mut s,
+            Cmd::SetPartitionState(SetPartitionState {
+                partition_id: pid,
+                state: 42,
+            }),
+        );
         assert!(!r.error.is_empty());
         assert_eq!(s.partitions[0].state(), PartitionState::Sealed);
     }

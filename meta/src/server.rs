@@ -292,9 +292,11 @@ async fn retention_loop(shared: Arc<Shared>, interval: Duration, mut stop: watch
         }
         let count = expired.len();
         let cmd = sealion_proto::MetaCommand {
-            cmd: Some(sealion_proto::meta_command::Cmd::ExpirePartitions(sealion_proto::ExpirePartitions {
-                partition_ids: expired,
-            })),
+            cmd: Some(sealion_proto::meta_command::Cmd::ExpirePartitions(
+                sealion_proto::ExpirePartitions {
+                    partition_ids: expired,
+                },
+            )),
         };
         match shared.propose(cmd, false).await {
             Ok(_) => tracing::info!(count, "partitions past retention removed from the map"),

@@ -9,7 +9,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use arrow::array::{ArrayRef, BooleanArray, Int64Array, StringArray, TimestampNanosecondArray, UInt64Array};
+use arrow::array::{
+    ArrayRef, BooleanArray, Int64Array, StringArray, TimestampNanosecondArray, UInt64Array,
+};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
@@ -203,8 +205,17 @@ impl SystemSchema {
                 Some(NodeState::Down) => "down",
                 _ => "unknown",
             });
-            beats.push(live.map(|l| l.last_heartbeat_ms.saturating_mul(1_000_000)).filter(|v| *v > 0));
-            counts.push(state.partitions.iter().filter(|p| p.replicas.contains(&n.id)).count() as u64);
+            beats.push(
+                live.map(|l| l.last_heartbeat_ms.saturating_mul(1_000_000))
+                    .filter(|v| *v > 0),
+            );
+            counts.push(
+                state
+                    .partitions
+                    .iter()
+                    .filter(|p| p.replicas.contains(&n.id))
+                    .count() as u64,
+            );
         }
         mem(
             vec![
@@ -232,7 +243,14 @@ impl SystemSchema {
         let describe = |tb: &sealion_common::proto::Table| {
             tb.columns
                 .iter()
-                .map(|c| format!("{} {} {}", c.name, type_name(c.data_type()), kind_name(c.kind())))
+                .map(|c| {
+                    format!(
+                        "{} {} {}",
+                        c.name,
+                        type_name(c.data_type()),
+                        kind_name(c.kind())
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -247,14 +265,26 @@ impl SystemSchema {
                 Field::new("partitions", DataType::UInt64, false),
             ],
             vec![
-                Arc::new(StringArray::from_iter_values(t.iter().map(|x| x.database.clone()))),
-                Arc::new(StringArray::from_iter_values(t.iter().map(|x| x.name.clone()))),
+                Arc::new(StringArray::from_iter_values(
+                    t.iter().map(|x| x.database.clone()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    t.iter().map(|x| x.name.clone()),
+                )),
                 Arc::new(UInt64Array::from_iter_values(t.iter().map(|x| x.id))),
                 Arc::new(StringArray::from_iter_values(t.iter().map(describe))),
-                Arc::new(Int64Array::from_iter_values(t.iter().map(|x| x.partition_interval_ns))),
-                Arc::new(Int64Array::from_iter_values(t.iter().map(|x| x.retention_ns))),
+                Arc::new(Int64Array::from_iter_values(
+                    t.iter().map(|x| x.partition_interval_ns),
+                )),
+                Arc::new(Int64Array::from_iter_values(
+                    t.iter().map(|x| x.retention_ns),
+                )),
                 Arc::new(UInt64Array::from_iter_values(t.iter().map(|x| {
-                    state.partitions.iter().filter(|p| p.table_id == x.id).count() as u64
+                    state
+                        .partitions
+                        .iter()
+                        .filter(|p| p.table_id == x.id)
+                        .count() as u64
                 }))),
             ],
         )
@@ -277,11 +307,18 @@ impl SystemSchema {
             let addr = sealion_common::catalog::node(&state, node_id).map(|n| n.addr.clone());
             let storage = self.shared.storage.clone();
             calls.push(async move {
-                let Some(addr) = addr else { return (node_id, None) };
-                let Ok(mut client) = storage.storage(&addr) else { return (node_id, None) };
+                let Some(addr) = addr else {
+                    return (node_id, None);
+                };
+                let Ok(mut client) = storage.storage(&addr) else {
+                    return (node_id, None);
+                };
                 let mut req = tonic::Request::new(PartitionStatsRequest { partition_ids: ids });
                 req.set_timeout(std::time::Duration::from_secs(5));
-                (node_id, client.stats(req).await.ok().map(|r| r.into_inner().stats))
+                (
+                    node_id,
+                    client.stats(req).await.ok().map(|r| r.into_inner().stats),
+                )
             });
         }
         let mut stats: HashMap<(u64, u64), sealion_common::proto::PartitionStats> = HashMap::new();
@@ -306,7 +343,9 @@ impl SystemSchema {
         let mut parts: Vec<_> = state.partitions.iter().collect();
         parts.sort_by_key(|p| (p.table_id, p.start_ns));
         for p in parts {
-            let Some(t) = sealion_common::catalog::table_by_id(&state, p.table_id) else { continue };
+            let Some(t) = sealion_common::catalog::table_by_id(&state, p.table_id) else {
+                continue;
+            };
             for (i, n) in p.replicas.iter().enumerate() {
                 db.push(t.database.clone());
                 table.push(t.name.clone());
@@ -360,7 +399,9 @@ impl SystemSchema {
                 Arc::new(UInt64Array::from(bytes)),
                 Arc::new(UInt64Array::from(late)),
                 Arc::new(UInt64Array::from(deleted)),
-                Arc::new(BooleanArray::from((0..n).map(|i| rows[i].is_some()).collect::<Vec<_>>())),
+                Arc::new(BooleanArray::from(
+                    (0..n).map(|i| rows[i].is_some()).collect::<Vec<_>>(),
+                )),
             ],
         )
     }

@@ -77,16 +77,20 @@ fn classify_datafusion(e: DataFusionError) -> Error {
         DataFusionError::SQL(parser_err, _) => Error::Syntax(parser_err.to_string()),
         DataFusionError::Plan(msg) => {
             if msg.starts_with("table '") && msg.ends_with("not found") {
-                let name = msg.trim_start_matches("table ").trim_end_matches(" not found");
+                let name = msg
+                    .trim_start_matches("table ")
+                    .trim_end_matches(" not found");
                 return Error::TableNotFound(name.to_string());
             }
             Error::Invalid(msg.clone())
         }
         DataFusionError::NotImplemented(msg) => Error::NotSupported(msg.clone()),
-        DataFusionError::External(inner) => match inner.downcast_ref::<Error>().and_then(Error::same_kind) {
-            Some(err) => err,
-            None => Error::DataFusion(e),
-        },
+        DataFusionError::External(inner) => {
+            match inner.downcast_ref::<Error>().and_then(Error::same_kind) {
+                Some(err) => err,
+                None => Error::DataFusion(e),
+            }
+        }
         _ => Error::DataFusion(e),
     }
 }

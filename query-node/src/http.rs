@@ -4,7 +4,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType as ArrowType, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, SchemaRef, UInt16Type, UInt32Type, UInt64Type, UInt8Type, Float32Type};
+use arrow::datatypes::{
+    DataType as ArrowType, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type,
+    SchemaRef, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+};
 use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use axum::Router;
@@ -40,7 +43,11 @@ fn error_response(e: &Error) -> Response {
     if status.is_server_error() {
         tracing::warn!(error = %e, "request failed");
     }
-    (status, axum::Json(json!({ "error": e.to_string(), "sqlstate": e.sqlstate() }))).into_response()
+    (
+        status,
+        axum::Json(json!({ "error": e.to_string(), "sqlstate": e.sqlstate() })),
+    )
+        .into_response()
 }
 
 fn database(params: &HashMap<String, String>) -> String {
@@ -71,7 +78,8 @@ async fn write(
     match lineproto::write(&ctx.shared, &db, text, precision).await {
         Ok(outcome) if outcome.rejected.is_empty() => StatusCode::NO_CONTENT.into_response(),
         Ok(outcome) => {
-            metrics::counter!("sealion_http_lines_rejected_total").increment(outcome.rejected.len() as u64);
+            metrics::counter!("sealion_http_lines_rejected_total")
+                .increment(outcome.rejected.len() as u64);
             (
                 StatusCode::BAD_REQUEST,
                 axum::Json(json!({
@@ -96,12 +104,21 @@ async fn sql(
         Some(q) => q.clone(),
         None => match std::str::from_utf8(&body) {
             Ok(s) if !s.trim().is_empty() => s.to_string(),
-            _ => return error_response(&Error::Invalid("give the SQL as ?q= or as the request body".into())),
+            _ => {
+                return error_response(&Error::Invalid(
+                    "give the SQL as ?q= or as the request body".into(),
+                ));
+            }
         },
     };
-    let format = params.get("format").map_or("json", |s| s.as_str()).to_string();
+    let format = params
+        .get("format")
+        .map_or("json", |s| s.as_str())
+        .to_string();
     if !matches!(format.as_str(), "json" | "jsonl" | "csv" | "arrow") {
-        return error_response(&Error::Invalid(format!("format {format:?}: use json, jsonl, csv or arrow")));
+        return error_response(&Error::Invalid(format!(
+            "format {format:?}: use json, jsonl, csv or arrow"
+        )));
     }
     let db = database(&params);
     match run_sql(&ctx, &db, &text).await {
@@ -151,7 +168,9 @@ pub fn sql_type_name(t: &ArrowType) -> String {
         ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View => "TEXT".into(),
         ArrowType::Float64 | ArrowType::Float32 => "DOUBLE".into(),
         ArrowType::Int64 | ArrowType::Int32 | ArrowType::Int16 | ArrowType::Int8 => "BIGINT".into(),
-        ArrowType::UInt64 | ArrowType::UInt32 | ArrowType::UInt16 | ArrowType::UInt8 => "BIGINT UNSIGNED".into(),
+        ArrowType::UInt64 | ArrowType::UInt32 | ArrowType::UInt16 | ArrowType::UInt8 => {
+            "BIGINT UNSIGNED".into()
+        }
         ArrowType::Boolean => "BOOLEAN".into(),
         ArrowType::Timestamp(_, _) => "TIMESTAMP".into(),
         ArrowType::Null => "NULL".into(),
@@ -216,7 +235,10 @@ fn render(format: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Response 
                 .iter()
                 .map(|f| json!({ "name": f.name(), "type": sql_type_name(f.data_type()) }))
                 .collect();
-            Ok(axum::Json(json!({ "columns": columns, "rows": json_rows(batches)? })).into_response())
+            Ok(
+                axum::Json(json!({ "columns": columns, "rows": json_rows(batches)? }))
+                    .into_response(),
+            )
         }
         "jsonl" => {
             let names: Vec<&String> = schema.fields().iter().map(|f| f.name()).collect();
@@ -227,12 +249,21 @@ fn render(format: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Response 
                 out.push_str(&Json::Object(obj).to_string());
                 out.push('\n');
             }
-            Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"))], out).into_response())
+            Ok((
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/x-ndjson"),
+                )],
+                out,
+            )
+                .into_response())
         }
         "csv" => {
             let mut buf = Vec::new();
             {
-                let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(&mut buf);
+                let mut w = arrow::csv::WriterBuilder::new()
+                    .with_header(true)
+                    .build(&mut buf);
                 if batches.is_empty() {
                     w.write(&RecordBatch::new_empty(schema.clone()))?;
                 }
@@ -240,7 +271,11 @@ fn render(format: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Response 
                     w.write(b)?;
                 }
             }
-            Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("text/csv"))], buf).into_response())
+            Ok((
+                [(header::CONTENT_TYPE, HeaderValue::from_static("text/csv"))],
+                buf,
+            )
+                .into_response())
         }
         _ => {
             let mut buf = Vec::new();
@@ -252,7 +287,10 @@ fn render(format: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Response 
                 w.finish()?;
             }
             Ok((
-                [(header::CONTENT_TYPE, HeaderValue::from_static("application/vnd.apache.arrow.stream"))],
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/vnd.apache.arrow.stream"),
+                )],
                 buf,
             )
                 .into_response())
@@ -264,7 +302,10 @@ fn render(format: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Response 
 async fn health(State(ctx): State<Arc<QueryContext>>) -> Response {
     let state = ctx.shared.meta.state();
     if state.version == 0 {
-        return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({ "status": "no cluster state from meta yet" })))
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({ "status": "no cluster state from meta yet" })),
+        )
             .into_response();
     }
     axum::Json(json!({ "status": "ok", "meta_version": state.version, "storage_nodes": state.nodes.len() }))
@@ -274,17 +315,27 @@ async fn health(State(ctx): State<Arc<QueryContext>>) -> Response {
 async fn metrics_text() -> Response {
     match sealion_common::telemetry::prometheus() {
         Some(handle) => (
-            [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))],
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            )],
             handle.render(),
         )
             .into_response(),
-        None => (StatusCode::SERVICE_UNAVAILABLE, "metrics recorder not installed").into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics recorder not installed",
+        )
+            .into_response(),
     }
 }
 
 /// Seals every partition of `?table=` (in `?db=`) whose end has passed,
 /// whatever its idle time, and answers with what each node did.
-async fn admin_seal(State(ctx): State<Arc<QueryContext>>, Query(params): Query<HashMap<String, String>>) -> Response {
+async fn admin_seal(
+    State(ctx): State<Arc<QueryContext>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let db = database(&params);
     let Some(table_name) = params.get("table").filter(|t| !t.is_empty()) else {
         return error_response(&Error::Invalid("name the table with ?table=".into()));
@@ -295,21 +346,33 @@ async fn admin_seal(State(ctx): State<Arc<QueryContext>>, Query(params): Query<H
     };
     let now_ns = sealion_common::time::now_ms().saturating_mul(1_000_000);
     let mut by_node: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
-    for p in state.partitions.iter().filter(|p| p.table_id == table.id && p.end_ns <= now_ns) {
+    for p in state
+        .partitions
+        .iter()
+        .filter(|p| p.table_id == table.id && p.end_ns <= now_ns)
+    {
         if let Some(n) = p.replicas.first() {
             by_node.entry(*n).or_default().push(p.id);
         }
     }
     let mut results = Vec::new();
     for (node_id, ids) in by_node {
-        let Some(addr) = sealion_common::catalog::node(&state, node_id).map(|n| n.addr.clone()) else {
-            return error_response(&Error::Unavailable(format!("storage node {node_id} is unknown")));
+        let Some(addr) = sealion_common::catalog::node(&state, node_id).map(|n| n.addr.clone())
+        else {
+            return error_response(&Error::Unavailable(format!(
+                "storage node {node_id} is unknown"
+            )));
         };
         let reply = match ctx.shared.storage.storage(&addr) {
             Ok(mut c) => c
-                .seal(sealion_common::proto::SealRequest { partition_ids: ids, ignore_idle: true })
+                .seal(sealion_common::proto::SealRequest {
+                    partition_ids: ids,
+                    ignore_idle: true,
+                })
                 .await
-                .map_err(|s| Error::Unavailable(format!("storage node {node_id} at {addr}: {}", s.message()))),
+                .map_err(|s| {
+                    Error::Unavailable(format!("storage node {node_id} at {addr}: {}", s.message()))
+                }),
             Err(e) => Err(e),
         };
         match reply {
@@ -330,5 +393,6 @@ async fn admin_seal(State(ctx): State<Arc<QueryContext>>, Query(params): Query<H
             Err(e) => return error_response(&e),
         }
     }
-    axum::Json(json!({ "database": db, "table": table_name, "partitions": results })).into_response()
+    axum::Json(json!({ "database": db, "table": table_name, "partitions": results }))
+        .into_response()
 }

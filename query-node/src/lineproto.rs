@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder, TimestampNanosecondBuilder,
-    UInt64Builder,
+    ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
+    TimestampNanosecondBuilder, UInt64Builder,
 };
 use arrow::record_batch::RecordBatch;
 use influxdb_line_protocol::{FieldValue, parse_lines, split_lines};
@@ -39,7 +39,11 @@ impl Precision {
             "us" | "u" => Precision::Us,
             "ms" => Precision::Ms,
             "s" => Precision::S,
-            other => return Err(Error::Invalid(format!("precision {other:?}: use ns, us, ms or s"))),
+            other => {
+                return Err(Error::Invalid(format!(
+                    "precision {other:?}: use ns, us, ms or s"
+                )));
+            }
         })
     }
 
@@ -94,12 +98,21 @@ struct Row {
 }
 
 /// Parses `body` into rows per table; bad lines go to `rejected`.
-fn parse_body(body: &str, precision: Precision, now_ns: i64, rejected: &mut Vec<LineError>) -> BTreeMap<String, Vec<Row>> {
+fn parse_body(
+    body: &str,
+    precision: Precision,
+    now_ns: i64,
+    rejected: &mut Vec<LineError>,
+) -> BTreeMap<String, Vec<Row>> {
     let mut tables: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     let base = body.as_ptr() as usize;
     for text in split_lines(body) {
         let offset = (text.as_ptr() as usize).saturating_sub(base);
-        let line = body[..offset.min(body.len())].bytes().filter(|b| *b == b'\n').count() + 1;
+        let line = body[..offset.min(body.len())]
+            .bytes()
+            .filter(|b| *b == b'\n')
+            .count()
+            + 1;
         let trimmed = text.trim();
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
@@ -107,7 +120,10 @@ fn parse_body(body: &str, precision: Precision, now_ns: i64, rejected: &mut Vec<
         let parsed = match parse_lines(text).next() {
             Some(Ok(p)) => p,
             Some(Err(e)) => {
-                rejected.push(LineError { line, error: e.to_string() });
+                rejected.push(LineError {
+                    line,
+                    error: e.to_string(),
+                });
                 continue;
             }
             None => continue,
@@ -151,12 +167,15 @@ fn parse_body(body: &str, precision: Precision, now_ns: i64, rejected: &mut Vec<
             rejected.push(LineError { line, error: e });
             continue;
         }
-        tables.entry(parsed.series.measurement.to_string()).or_default().push(Row {
-            line,
-            tags,
-            fields,
-            time_ns,
-        });
+        tables
+            .entry(parsed.series.measurement.to_string())
+            .or_default()
+            .push(Row {
+                line,
+                tags,
+                fields,
+                time_ns,
+            });
     }
     tables
 }
@@ -191,14 +210,22 @@ fn conflict(table: &Table, row: &Row) -> Option<String> {
     for (k, _) in &row.tags {
         if let Some(c) = table.columns.iter().find(|c| &c.name == k) {
             if c.kind() != ColumnKind::Tag {
-                return Some(format!("{k} is a {} column of {}, not a tag", sealion_common::catalog::kind_name(c.kind()), table.name));
+                return Some(format!(
+                    "{k} is a {} column of {}, not a tag",
+                    sealion_common::catalog::kind_name(c.kind()),
+                    table.name
+                ));
             }
         }
     }
     for (k, v) in &row.fields {
         if let Some(c) = table.columns.iter().find(|c| &c.name == k) {
             if c.kind() != ColumnKind::Field {
-                return Some(format!("{k} is a {} column of {}, not a field", sealion_common::catalog::kind_name(c.kind()), table.name));
+                return Some(format!(
+                    "{k} is a {} column of {}, not a field",
+                    sealion_common::catalog::kind_name(c.kind()),
+                    table.name
+                ));
             }
             if c.data_type() != v.data_type() {
                 return Some(format!(
@@ -216,27 +243,47 @@ fn conflict(table: &Table, row: &Row) -> Option<String> {
 /// Columns `rows` need that `table` (if any) lacks; types are those of the
 /// first row that names each column. Rows that disagree with an earlier row
 /// are rejected.
-fn new_columns(table: Option<&Table>, rows: &mut Vec<Row>, rejected: &mut Vec<LineError>) -> Vec<Column> {
+fn new_columns(
+    table: Option<&Table>,
+    rows: &mut Vec<Row>,
+    rejected: &mut Vec<LineError>,
+) -> Vec<Column> {
     let mut added: Vec<Column> = Vec::new();
     let mut keep = Vec::with_capacity(rows.len());
     for row in rows.drain(..) {
         let scratch = Table {
             name: table.map(|t| t.name.clone()).unwrap_or_default(),
-            columns: table.map(|t| t.columns.clone()).unwrap_or_default().into_iter().chain(added.iter().cloned()).collect(),
+            columns: table
+                .map(|t| t.columns.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .chain(added.iter().cloned())
+                .collect(),
             ..Default::default()
         };
         if let Some(e) = conflict(&scratch, &row) {
-            rejected.push(LineError { line: row.line, error: e });
+            rejected.push(LineError {
+                line: row.line,
+                error: e,
+            });
             continue;
         }
         for (k, _) in &row.tags {
             if !scratch.columns.iter().any(|c| &c.name == k) {
-                added.push(Column { name: k.clone(), kind: ColumnKind::Tag as i32, data_type: DataType::String as i32 });
+                added.push(Column {
+                    name: k.clone(),
+                    kind: ColumnKind::Tag as i32,
+                    data_type: DataType::String as i32,
+                });
             }
         }
         for (k, v) in &row.fields {
             if !scratch.columns.iter().any(|c| &c.name == k) {
-                added.push(Column { name: k.clone(), kind: ColumnKind::Field as i32, data_type: v.data_type() as i32 });
+                added.push(Column {
+                    name: k.clone(),
+                    kind: ColumnKind::Field as i32,
+                    data_type: v.data_type() as i32,
+                });
             }
         }
         keep.push(row);
@@ -253,7 +300,10 @@ fn build_batch(table: &Table, rows: &[Row]) -> Result<RecordBatch> {
         .iter()
         .filter(|c| {
             c.kind() == ColumnKind::Time
-                || rows.iter().any(|r| r.tags.iter().any(|(k, _)| k == &c.name) || r.fields.iter().any(|(k, _)| k == &c.name))
+                || rows.iter().any(|r| {
+                    r.tags.iter().any(|(k, _)| k == &c.name)
+                        || r.fields.iter().any(|(k, _)| k == &c.name)
+                })
         })
         .collect();
     let mut arrays: Vec<ArrayRef> = Vec::with_capacity(used.len());
@@ -267,37 +317,70 @@ fn build_batch(table: &Table, rows: &[Row]) -> Result<RecordBatch> {
             (ColumnKind::Tag, _) => {
                 let mut b = StringBuilder::new();
                 for r in rows {
-                    b.append_option(r.tags.iter().find(|(k, _)| k == &c.name).map(|(_, v)| v.as_str()));
+                    b.append_option(
+                        r.tags
+                            .iter()
+                            .find(|(k, _)| k == &c.name)
+                            .map(|(_, v)| v.as_str()),
+                    );
                 }
                 Arc::new(b.finish())
             }
             (_, t) => {
-                let get = |r: &Row| r.fields.iter().find(|(k, _)| k == &c.name).map(|(_, v)| v.clone());
+                let get = |r: &Row| {
+                    r.fields
+                        .iter()
+                        .find(|(k, _)| k == &c.name)
+                        .map(|(_, v)| v.clone())
+                };
                 match t {
                     DataType::Float64 => {
                         let mut b = Float64Builder::new();
-                        rows.iter().for_each(|r| b.append_option(match get(r) { Some(Value::F64(x)) => Some(x), _ => None }));
+                        rows.iter().for_each(|r| {
+                            b.append_option(match get(r) {
+                                Some(Value::F64(x)) => Some(x),
+                                _ => None,
+                            })
+                        });
                         Arc::new(b.finish())
                     }
                     DataType::Int64 => {
                         let mut b = Int64Builder::new();
-                        rows.iter().for_each(|r| b.append_option(match get(r) { Some(Value::I64(x)) => Some(x), _ => None }));
+                        rows.iter().for_each(|r| {
+                            b.append_option(match get(r) {
+                                Some(Value::I64(x)) => Some(x),
+                                _ => None,
+                            })
+                        });
                         Arc::new(b.finish())
                     }
                     DataType::Uint64 => {
                         let mut b = UInt64Builder::new();
-                        rows.iter().for_each(|r| b.append_option(match get(r) { Some(Value::U64(x)) => Some(x), _ => None }));
+                        rows.iter().for_each(|r| {
+                            b.append_option(match get(r) {
+                                Some(Value::U64(x)) => Some(x),
+                                _ => None,
+                            })
+                        });
                         Arc::new(b.finish())
                     }
                     DataType::Bool => {
                         let mut b = BooleanBuilder::new();
-                        rows.iter().for_each(|r| b.append_option(match get(r) { Some(Value::Bool(x)) => Some(x), _ => None }));
+                        rows.iter().for_each(|r| {
+                            b.append_option(match get(r) {
+                                Some(Value::Bool(x)) => Some(x),
+                                _ => None,
+                            })
+                        });
                         Arc::new(b.finish())
                     }
                     _ => {
                         let mut b = StringBuilder::new();
                         for r in rows {
-                            b.append_option(match get(r) { Some(Value::Str(x)) => Some(x), _ => None });
+                            b.append_option(match get(r) {
+                                Some(Value::Str(x)) => Some(x),
+                                _ => None,
+                            });
                         }
                         Arc::new(b.finish())
                     }
@@ -306,12 +389,19 @@ fn build_batch(table: &Table, rows: &[Row]) -> Result<RecordBatch> {
         };
         arrays.push(array);
     }
-    let schema = Arc::new(arrow::datatypes::Schema::new(used.iter().map(|c| arrow_field(c)).collect::<Vec<_>>()));
+    let schema = Arc::new(arrow::datatypes::Schema::new(
+        used.iter().map(|c| arrow_field(c)).collect::<Vec<_>>(),
+    ));
     Ok(RecordBatch::try_new(schema, arrays)?)
 }
 
 /// Stores the lines of `body` in database `db`.
-pub async fn write(shared: &Shared, db: &str, body: &str, precision: Precision) -> Result<WriteOutcome> {
+pub async fn write(
+    shared: &Shared,
+    db: &str,
+    body: &str,
+    precision: Precision,
+) -> Result<WriteOutcome> {
     let now_ns = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0);
     let mut outcome = WriteOutcome::default();
     let tables = parse_body(body, precision, now_ns, &mut outcome.rejected);
@@ -331,11 +421,16 @@ pub async fn write(shared: &Shared, db: &str, body: &str, precision: Precision) 
                 }))
                 .await;
             match reply {
-                Ok(r) => r.table.ok_or_else(|| Error::Internal("meta returned no table".into()))?,
+                Ok(r) => r
+                    .table
+                    .ok_or_else(|| Error::Internal("meta returned no table".into()))?,
                 Err(sealion_common::Error::Rejected { message, .. }) => {
                     // Another writer added a column of another type first.
                     for r in rows {
-                        outcome.rejected.push(LineError { line: r.line, error: message.clone() });
+                        outcome.rejected.push(LineError {
+                            line: r.line,
+                            error: message.clone(),
+                        });
                     }
                     continue;
                 }
@@ -349,13 +444,19 @@ pub async fn write(shared: &Shared, db: &str, body: &str, precision: Precision) 
         let cutoff = crate::router::retention_cutoff_ns(&table, now_ns);
         rows.retain(|r| {
             let Some(start) = partition_start(r.time_ns, table.partition_interval_ns) else {
-                outcome.rejected.push(LineError { line: r.line, error: format!("timestamp {} ns is out of range", r.time_ns) });
+                outcome.rejected.push(LineError {
+                    line: r.line,
+                    error: format!("timestamp {} ns is out of range", r.time_ns),
+                });
                 return false;
             };
             if partition_end(start, table.partition_interval_ns) <= cutoff {
                 outcome.rejected.push(LineError {
                     line: r.line,
-                    error: format!("timestamp {} ns is older than the retention of table {}", r.time_ns, table.name),
+                    error: format!(
+                        "timestamp {} ns is older than the retention of table {}",
+                        r.time_ns, table.name
+                    ),
                 });
                 return false;
             }
@@ -387,9 +488,17 @@ mod tests {
         let tables = parse_body(body, Precision::Ns, 0, &mut rejected);
         assert_eq!(tables["cpu"].len(), 2);
         assert_eq!(tables["mem"].len(), 1);
-        assert_eq!(rejected.iter().map(|e| e.line).collect::<Vec<_>>(), vec![2, 5]);
+        assert_eq!(
+            rejected.iter().map(|e| e.line).collect::<Vec<_>>(),
+            vec![2, 5]
+        );
         let mut rejected = Vec::new();
-        let tables = parse_body("m f=1 9223372036854775807\nm f=2 5\n", Precision::S, 0, &mut rejected);
+        let tables = parse_body(
+            "m f=1 9223372036854775807\nm f=2 5\n",
+            Precision::S,
+            0,
+            &mut rejected,
+        );
         assert_eq!(rejected.len(), 1);
         assert_eq!(rejected[0].line, 1);
         assert!(rejected[0].error.contains("out of range"));
@@ -399,13 +508,22 @@ mod tests {
     #[test]
     fn a_field_that_changes_type_is_rejected_per_line() {
         let mut rejected = Vec::new();
-        let mut tables = parse_body("m,h=a f=1.0 1\nm,h=a f=2i 2\nm,h=b f=3.0 3\n", Precision::Ns, 0, &mut rejected);
+        let mut tables = parse_body(
+            "m,h=a f=1.0 1\nm,h=a f=2i 2\nm,h=b f=3.0 3\n",
+            Precision::Ns,
+            0,
+            &mut rejected,
+        );
         let rows = tables.get_mut("m").unwrap();
         let added = new_columns(None, rows, &mut rejected);
         assert_eq!(rows.len(), 2);
         assert_eq!(rejected.len(), 1);
         assert_eq!(rejected[0].line, 2);
-        assert!(rejected[0].error.contains("DOUBLE"), "{}", rejected[0].error);
+        assert!(
+            rejected[0].error.contains("DOUBLE"),
+            "{}",
+            rejected[0].error
+        );
         assert_eq!(added.len(), 2);
     }
 }

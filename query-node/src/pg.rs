@@ -30,8 +30,8 @@ use datafusion_postgres::pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::types::format::FormatOptions;
 use datafusion_postgres::{DfSessionService, QueryHook};
 
-use crate::sql::{Handling, Output, SqlEngine, handling};
 use crate::Error;
+use crate::sql::{Handling, Output, SqlEngine, handling};
 
 fn pg_error(e: Error) -> PgWireError {
     PgWireError::UserError(Box::new(ErrorInfo::new(
@@ -127,7 +127,13 @@ impl QueryHook for SealionHook {
             return Some(Ok(empty_plan()));
         }
         let db = database_of(client);
-        Some(self.sql.plan(&db, statement).await.map(|(_, plan)| plan).map_err(pg_error))
+        Some(
+            self.sql
+                .plan(&db, statement)
+                .await
+                .map(|(_, plan)| plan)
+                .map_err(pg_error),
+        )
     }
 
     async fn handle_extended_query(

@@ -106,13 +106,24 @@ impl WriteRouter {
         let times = batch
             .column_by_name(&time_name)
             .and_then(|a| a.as_any().downcast_ref::<TimestampNanosecondArray>())
-            .ok_or_else(|| Error::Invalid(format!("rows for {} have no {time_name} column", table.name)))?;
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "rows for {} have no {time_name} column",
+                    table.name
+                ))
+            })?;
         let interval = table.partition_interval_ns;
-        let cutoff = retention_cutoff_ns(table, chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX));
+        let cutoff = retention_cutoff_ns(
+            table,
+            chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX),
+        );
         let mut rows_by_start: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
         for i in 0..times.len() {
             if times.is_null(i) {
-                return Err(Error::Invalid(format!("row {} has no value for {time_name}", i + 1)));
+                return Err(Error::Invalid(format!(
+                    "row {} has no value for {time_name}",
+                    i + 1
+                )));
             }
             let t = times.value(i);
             let start = partition_start(t, interval)
@@ -126,7 +137,9 @@ impl WriteRouter {
             }
             rows_by_start.entry(start).or_default().push(i as u32);
         }
-        let partitions = self.partitions_for(table, rows_by_start.keys().copied().collect()).await?;
+        let partitions = self
+            .partitions_for(table, rows_by_start.keys().copied().collect())
+            .await?;
 
         // node id -> (address, partition rows)
         let state = self.meta.state();
@@ -135,10 +148,13 @@ impl WriteRouter {
             let p = partitions
                 .iter()
                 .find(|p| p.start_ns == start)
-                .ok_or_else(|| Error::Internal(format!("meta returned no partition for start {start}")))?;
-            let primary = *p.replicas.first().ok_or_else(|| {
-                Error::Unavailable(format!("partition {} has no replica", p.id))
-            })?;
+                .ok_or_else(|| {
+                    Error::Internal(format!("meta returned no partition for start {start}"))
+                })?;
+            let primary = *p
+                .replicas
+                .first()
+                .ok_or_else(|| Error::Unavailable(format!("partition {} has no replica", p.id)))?;
             let indices = UInt32Array::from(rows);
             let part = take_record_batch(&batch, &indices)?;
             by_node.entry(primary).or_default().push(PartitionRows {
@@ -160,15 +176,19 @@ impl WriteRouter {
             });
             req.set_timeout(WRITE_TIMEOUT);
             calls.push(async move {
-                client.write(req).await.map(|r| r.into_inner().rows_written).map_err(|status| {
-                    match status.code() {
-                        tonic::Code::InvalidArgument => Error::Invalid(status.message().to_string()),
+                client
+                    .write(req)
+                    .await
+                    .map(|r| r.into_inner().rows_written)
+                    .map_err(|status| match status.code() {
+                        tonic::Code::InvalidArgument => {
+                            Error::Invalid(status.message().to_string())
+                        }
                         _ => Error::Unavailable(format!(
                             "storage node {node_id} at {addr} did not store the write: {}",
                             status.message()
                         )),
-                    }
-                })
+                    })
             });
         }
         let results = futures::future::join_all(calls).await;

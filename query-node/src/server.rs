@@ -39,20 +39,38 @@ impl QueryServer {
             meta: meta.clone(),
             storage: storage.clone(),
         });
-        let shared = Shared { meta, storage, router };
+        let shared = Shared {
+            meta,
+            storage,
+            router,
+        };
         let sql = SqlEngine::new(shared.clone())?;
-        let ctx = Arc::new(QueryContext { shared, sql: sql.clone() });
+        let ctx = Arc::new(QueryContext {
+            shared,
+            sql: sql.clone(),
+        });
         let _ = sealion_common::telemetry::prometheus();
 
         let (stop_tx, stop_rx) = watch::channel(false);
         let http_listener = tokio::net::TcpListener::bind(cfg.http_addr)
             .await
-            .map_err(|e| Error::Internal(format!("cannot listen for HTTP on {}: {e}", cfg.http_addr)))?;
-        let http_addr = http_listener.local_addr().map_err(|e| Error::Internal(e.to_string()))?;
+            .map_err(|e| {
+                Error::Internal(format!("cannot listen for HTTP on {}: {e}", cfg.http_addr))
+            })?;
+        let http_addr = http_listener
+            .local_addr()
+            .map_err(|e| Error::Internal(e.to_string()))?;
         let pg_listener = tokio::net::TcpListener::bind(cfg.pg_addr)
             .await
-            .map_err(|e| Error::Internal(format!("cannot listen for PostgreSQL on {}: {e}", cfg.pg_addr)))?;
-        let pg_addr = pg_listener.local_addr().map_err(|e| Error::Internal(e.to_string()))?;
+            .map_err(|e| {
+                Error::Internal(format!(
+                    "cannot listen for PostgreSQL on {}: {e}",
+                    cfg.pg_addr
+                ))
+            })?;
+        let pg_addr = pg_listener
+            .local_addr()
+            .map_err(|e| Error::Internal(e.to_string()))?;
 
         let app = crate::http::router(ctx);
         let mut http_stop = stop_rx.clone();
@@ -67,7 +85,12 @@ impl QueryServer {
             }
         });
         let handlers = Arc::new(PgHandlers::new(sql));
-        let pg = tokio::spawn(pg_accept_loop(pg_listener, handlers, stop_rx, cfg.pg_max_connections.max(1)));
+        let pg = tokio::spawn(pg_accept_loop(
+            pg_listener,
+            handlers,
+            stop_rx,
+            cfg.pg_max_connections.max(1),
+        ));
         tracing::info!(%http_addr, %pg_addr, "query node serving");
         Ok(QueryServer {
             http_addr,

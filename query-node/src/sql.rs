@@ -66,7 +66,10 @@ pub fn handling(stmt: &Statement) -> Handling {
         | Statement::ShowDatabases { .. }
         | Statement::ShowSchemas { .. } => Handling::Sealion,
         Statement::Drop { object_type, .. }
-            if matches!(object_type, ObjectType::Table | ObjectType::Schema | ObjectType::Database) =>
+            if matches!(
+                object_type,
+                ObjectType::Table | ObjectType::Schema | ObjectType::Database
+            ) =>
         {
             Handling::Sealion
         }
@@ -99,7 +102,11 @@ fn split_name(name: &ObjectName, default_db: &str) -> Result<(String, String)> {
     let parts: Vec<String> = name
         .0
         .iter()
-        .map(|p| p.as_ident().map(normalize).ok_or_else(|| Error::Invalid(format!("bad name {name}"))))
+        .map(|p| {
+            p.as_ident()
+                .map(normalize)
+                .ok_or_else(|| Error::Invalid(format!("bad name {name}")))
+        })
         .collect::<Result<_>>()?;
     match parts.as_slice() {
         [t] => Ok((default_db.to_string(), t.clone())),
@@ -113,11 +120,22 @@ fn sql_type(text: &str) -> Result<DataType> {
     let t = text.to_ascii_uppercase();
     let base = t.split('(').next().unwrap_or("").trim();
     Ok(match base {
-        "TIMESTAMP" | "TIMESTAMPTZ" | "TIMESTAMP WITH TIME ZONE" | "TIMESTAMP WITHOUT TIME ZONE" => DataType::Timestamp,
-        "TEXT" | "VARCHAR" | "STRING" | "CHAR" | "CHARACTER VARYING" | "CHARACTER" => DataType::String,
-        "DOUBLE" | "DOUBLE PRECISION" | "FLOAT" | "FLOAT8" | "FLOAT64" | "REAL" | "FLOAT4" => DataType::Float64,
-        "BIGINT" | "INT" | "INTEGER" | "INT8" | "INT4" | "SMALLINT" | "INT2" | "INT64" => DataType::Int64,
-        "BIGINT UNSIGNED" | "UBIGINT" | "UINT64" | "INT UNSIGNED" | "INTEGER UNSIGNED" => DataType::Uint64,
+        "TIMESTAMP"
+        | "TIMESTAMPTZ"
+        | "TIMESTAMP WITH TIME ZONE"
+        | "TIMESTAMP WITHOUT TIME ZONE" => DataType::Timestamp,
+        "TEXT" | "VARCHAR" | "STRING" | "CHAR" | "CHARACTER VARYING" | "CHARACTER" => {
+            DataType::String
+        }
+        "DOUBLE" | "DOUBLE PRECISION" | "FLOAT" | "FLOAT8" | "FLOAT64" | "REAL" | "FLOAT4" => {
+            DataType::Float64
+        }
+        "BIGINT" | "INT" | "INTEGER" | "INT8" | "INT4" | "SMALLINT" | "INT2" | "INT64" => {
+            DataType::Int64
+        }
+        "BIGINT UNSIGNED" | "UBIGINT" | "UINT64" | "INT UNSIGNED" | "INTEGER UNSIGNED" => {
+            DataType::Uint64
+        }
         "BOOLEAN" | "BOOL" => DataType::Bool,
         _ => {
             return Err(Error::NotSupported(format!(
@@ -135,7 +153,9 @@ fn option_text(value: &SqlExpr) -> Result<String> {
             other => Ok(other.to_string()),
         },
         SqlExpr::Identifier(i) => Ok(i.value.clone()),
-        other => Err(Error::Invalid(format!("table option value {other} must be a string"))),
+        other => Err(Error::Invalid(format!(
+            "table option value {other} must be a string"
+        ))),
     }
 }
 
@@ -160,7 +180,11 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
             for ic in &pk.columns {
                 key.push(match &ic.column.expr {
                     SqlExpr::Identifier(i) => normalize(i),
-                    other => return Err(Error::Invalid(format!("PRIMARY KEY part {other} must be a column"))),
+                    other => {
+                        return Err(Error::Invalid(format!(
+                            "PRIMARY KEY part {other} must be a column"
+                        )));
+                    }
                 });
             }
         }
@@ -169,7 +193,11 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
     for cd in &ct.columns {
         let cname = normalize(&cd.name);
         let data_type = sql_type(&cd.data_type.to_string())?;
-        if cd.options.iter().any(|o| matches!(o.option, ColumnOption::PrimaryKey(_))) {
+        if cd
+            .options
+            .iter()
+            .any(|o| matches!(o.option, ColumnOption::PrimaryKey(_)))
+        {
             key.push(cname.clone());
         }
         if columns.iter().any(|c| c.name == cname) {
@@ -184,7 +212,9 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
     let mut interval = DEFAULT_PARTITION_INTERVAL_NS;
     let mut retention = 0i64;
     let options: &[SqlOption] = match &ct.table_options {
-        CreateTableOptions::With(o) | CreateTableOptions::Options(o) | CreateTableOptions::Plain(o) => o,
+        CreateTableOptions::With(o)
+        | CreateTableOptions::Options(o)
+        | CreateTableOptions::Plain(o) => o,
         _ => &[],
     };
     for o in options {
@@ -195,7 +225,11 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
         match k.value.to_ascii_lowercase().as_str() {
             "partition_interval" => interval = parse_duration_ns(&v)?,
             "retention" => retention = parse_duration_ns(&v)?,
-            "tags" => key.extend(v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty())),
+            "tags" => key.extend(
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty()),
+            ),
             other => {
                 return Err(Error::Invalid(format!(
                     "unknown table option {other}; known: partition_interval, retention, tags"
@@ -210,23 +244,36 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
         .map(|(i, _)| i)
         .collect();
     let time_idx = match timestamps.as_slice() {
-        [] => return Err(Error::Invalid(format!("table {name} needs a TIMESTAMP column for time"))),
+        [] => {
+            return Err(Error::Invalid(format!(
+                "table {name} needs a TIMESTAMP column for time"
+            )));
+        }
         [i] => *i,
         many => *many
             .iter()
             .find(|&&i| columns[i].name == "time")
-            .ok_or_else(|| Error::Invalid(format!("table {name} has several TIMESTAMP columns and none is named time")))?,
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "table {name} has several TIMESTAMP columns and none is named time"
+                ))
+            })?,
     };
     columns[time_idx].kind = ColumnKind::Time as i32;
     for k in &key {
         let Some(c) = columns.iter_mut().find(|c| &c.name == k) else {
-            return Err(Error::ColumnNotFound(format!("{k} (named in PRIMARY KEY or tags)")));
+            return Err(Error::ColumnNotFound(format!(
+                "{k} (named in PRIMARY KEY or tags)"
+            )));
         };
         if c.kind() == ColumnKind::Time {
             continue;
         }
         if c.data_type() != DataType::String {
-            return Err(Error::Invalid(format!("tag column {k} must be TEXT, not {}", type_name(c.data_type()))));
+            return Err(Error::Invalid(format!(
+                "tag column {k} must be TEXT, not {}",
+                type_name(c.data_type())
+            )));
         }
         c.kind = ColumnKind::Tag as i32;
     }
@@ -289,21 +336,31 @@ impl SqlEngine {
         let ctx = SessionContext::new_with_state(state);
         let df = ctx.execute_logical_plan(plan).await?;
         if matches!(stmt, Statement::Insert(_) | Statement::Delete(_)) {
-            let tag = if matches!(stmt, Statement::Insert(_)) { "INSERT" } else { "DELETE" };
+            let tag = if matches!(stmt, Statement::Insert(_)) {
+                "INSERT"
+            } else {
+                "DELETE"
+            };
             let batches = df.collect().await?;
             let rows = batches
                 .first()
                 .and_then(|b| b.column_by_name("count"))
                 .and_then(|c| c.as_any().downcast_ref::<arrow::array::UInt64Array>())
                 .map_or(0, |a| a.value(0));
-            return Ok(Output::Affected { tag: tag.into(), rows });
+            return Ok(Output::Affected {
+                tag: tag.into(),
+                rows,
+            });
         }
         Ok(Output::Rows(df))
     }
 
     fn rows(&self, fields: Vec<(&str, Vec<String>)>) -> Result<Output> {
         let schema = Arc::new(Schema::new(
-            fields.iter().map(|(n, _)| Field::new(*n, ArrowType::Utf8, false)).collect::<Vec<_>>(),
+            fields
+                .iter()
+                .map(|(n, _)| Field::new(*n, ArrowType::Utf8, false))
+                .collect::<Vec<_>>(),
         ));
         let arrays: Vec<ArrayRef> = fields
             .into_iter()
@@ -351,7 +408,9 @@ impl SqlEngine {
                 })
             }
             Statement::CreateDatabase {
-                db_name, if_not_exists, ..
+                db_name,
+                if_not_exists,
+                ..
             } => {
                 let (_, name) = split_name(db_name, db)?;
                 meta.propose(Cmd::CreateDatabase(CreateDatabase {
@@ -403,7 +462,8 @@ impl SqlEngine {
             }
             Statement::ShowDatabases { .. } | Statement::ShowSchemas { .. } => {
                 let state = meta.state();
-                let mut names: Vec<String> = state.databases.iter().map(|d| d.name.clone()).collect();
+                let mut names: Vec<String> =
+                    state.databases.iter().map(|d| d.name.clone()).collect();
                 names.sort();
                 self.rows(vec![("database", names)])
             }
@@ -419,9 +479,9 @@ impl SqlEngine {
                     .map(|(i, _)| i)
                     .collect();
                 let name_at = from.first().map(|i| i + 1);
-                let table_text = name_at.and_then(|i| words.get(i)).ok_or_else(|| {
-                    Error::Syntax("SHOW COLUMNS needs FROM <table>".into())
-                })?;
+                let table_text = name_at
+                    .and_then(|i| words.get(i))
+                    .ok_or_else(|| Error::Syntax("SHOW COLUMNS needs FROM <table>".into()))?;
                 let name = Parser::new(&PostgreSqlDialect {})
                     .try_with_sql(table_text)
                     .and_then(|mut p| p.parse_object_name(false))
@@ -434,14 +494,25 @@ impl SqlEngine {
                 let table = find_table(&state, &dbname, &tname)
                     .ok_or_else(|| Error::TableNotFound(format!("{dbname}.{tname}")))?;
                 self.rows(vec![
-                    ("column_name", table.columns.iter().map(|c| c.name.clone()).collect()),
+                    (
+                        "column_name",
+                        table.columns.iter().map(|c| c.name.clone()).collect(),
+                    ),
                     (
                         "data_type",
-                        table.columns.iter().map(|c| type_name(c.data_type()).to_string()).collect(),
+                        table
+                            .columns
+                            .iter()
+                            .map(|c| type_name(c.data_type()).to_string())
+                            .collect(),
                     ),
                     (
                         "kind",
-                        table.columns.iter().map(|c| kind_name(c.kind()).to_string()).collect(),
+                        table
+                            .columns
+                            .iter()
+                            .map(|c| kind_name(c.kind()).to_string())
+                            .collect(),
                     ),
                 ])
             }
@@ -451,7 +522,12 @@ impl SqlEngine {
 
     fn partitions_of(&self, pred: impl Fn(&Table) -> bool) -> Vec<(u64, Vec<u64>)> {
         let state = self.shared.meta.state();
-        let ids: Vec<u64> = state.tables.iter().filter(|t| pred(t)).map(|t| t.id).collect();
+        let ids: Vec<u64> = state
+            .tables
+            .iter()
+            .filter(|t| pred(t))
+            .map(|t| t.id)
+            .collect();
         state
             .partitions
             .iter()
@@ -495,11 +571,15 @@ impl SqlEngine {
             }
         }
         for (node_id, ids) in by_node {
-            let Some(addr) = sealion_common::catalog::node(&state, node_id).map(|n| n.addr.clone()) else {
+            let Some(addr) = sealion_common::catalog::node(&state, node_id).map(|n| n.addr.clone())
+            else {
                 continue;
             };
             if let Ok(mut client) = self.shared.storage.storage(&addr) {
-                if let Err(status) = client.drop_partitions(DropPartitionsRequest { partition_ids: ids }).await {
+                if let Err(status) = client
+                    .drop_partitions(DropPartitionsRequest { partition_ids: ids })
+                    .await
+                {
                     tracing::warn!(node_id, %status, "could not drop partitions on storage node");
                 }
             }
@@ -541,9 +621,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("tag column n must be TEXT"), "{e}");
-        let e = create("CREATE TABLE t (time TIMESTAMP, x INTERVAL)").unwrap_err().to_string();
+        let e = create("CREATE TABLE t (time TIMESTAMP, x INTERVAL)")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("INTERVAL"), "{e}");
-        let e = create("CREATE TABLE t (time TIMESTAMP) WITH (colour = 'red')").unwrap_err().to_string();
+        let e = create("CREATE TABLE t (time TIMESTAMP) WITH (colour = 'red')")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown table option colour"), "{e}");
         let e = create("CREATE TABLE t (time TIMESTAMP, PRIMARY KEY (nope, time))").unwrap_err();
         assert!(matches!(e, Error::ColumnNotFound(_)), "{e}");

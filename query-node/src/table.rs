@@ -10,9 +10,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
+use arrow_flight::Ticket;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
-use arrow_flight::Ticket;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::ScalarValue;
@@ -161,7 +161,11 @@ pub struct SealionTable {
 
 impl fmt::Debug for SealionTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SealionTable({}.{})", self.table.database, self.table.name)
+        write!(
+            f,
+            "SealionTable({}.{})",
+            self.table.database, self.table.name
+        )
     }
 }
 
@@ -195,7 +199,10 @@ impl TableProvider for SealionTable {
 
     /// Every filter is used only to prune partitions and narrow the time
     /// range a node scans, so DataFusion still applies each one: `Inexact`.
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
         Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
     }
 
@@ -211,7 +218,9 @@ impl TableProvider for SealionTable {
             None => self.table.columns.clone(),
         };
         let schema = arrow_schema(&columns);
-        let time = time_column(&self.table).map(|c| c.name.clone()).unwrap_or_default();
+        let time = time_column(&self.table)
+            .map(|c| c.name.clone())
+            .unwrap_or_default();
         let range = time_range_of(filters, &time);
         if range.start_ns >= range.end_ns {
             return Ok(Arc::new(EmptyExec::new(schema)));
@@ -221,7 +230,9 @@ impl TableProvider for SealionTable {
         // One stream per storage node, each covering that node's partitions.
         let mut by_node: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
         for p in parts {
-            let Some(&primary) = p.replicas.first() else { continue };
+            let Some(&primary) = p.replicas.first() else {
+                continue;
+            };
             by_node.entry(primary).or_default().push(p.id);
         }
         if by_node.is_empty() {
@@ -232,7 +243,9 @@ impl TableProvider for SealionTable {
             let addr = sealion_common::catalog::node(&state, node_id)
                 .map(|n| n.addr.clone())
                 .ok_or_else(|| {
-                    DataFusionError::Execution(format!("storage node {node_id} is not in the cluster state"))
+                    DataFusionError::Execution(format!(
+                        "storage node {node_id} is not in the cluster state"
+                    ))
                 })?;
             let ticket = ScanRequest {
                 table_id: self.table.id,
@@ -259,11 +272,19 @@ impl TableProvider for SealionTable {
     /// exactly: tag `=` and `IN`, and comparisons of the time column with
     /// time literals. Anything else is refused with an error naming it,
     /// rather than deleting more or fewer rows than asked.
-    async fn delete_from(&self, _state: &dyn Session, filters: Vec<Expr>) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let time = time_column(&self.table).map(|c| c.name.clone()).unwrap_or_default();
-        let predicate = delete_predicate(&self.table, &time, &filters).map_err(|e| e.into_datafusion())?;
+    async fn delete_from(
+        &self,
+        _state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let time = time_column(&self.table)
+            .map(|c| c.name.clone())
+            .unwrap_or_default();
+        let predicate =
+            delete_predicate(&self.table, &time, &filters).map_err(|e| e.into_datafusion())?;
         let state = self.meta.state();
-        let parts = partitions_overlapping(&state, self.table.id, predicate.start_ns, predicate.end_ns);
+        let parts =
+            partitions_overlapping(&state, self.table.id, predicate.start_ns, predicate.end_ns);
         let mut by_node: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
         for p in parts {
             if let Some(&primary) = p.replicas.first() {
@@ -274,14 +295,14 @@ impl TableProvider for SealionTable {
         for (node_id, ids) in by_node {
             let addr = sealion_common::catalog::node(&state, node_id)
                 .map(|n| n.addr.clone())
-                .ok_or_else(|| DataFusionError::Execution(format!("storage node {node_id} is unknown")))?;
+                .ok_or_else(|| {
+                    DataFusionError::Execution(format!("storage node {node_id} is unknown"))
+                })?;
             targets.push((node_id, addr, ids));
         }
-        let schema = Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
-            "count",
-            arrow::datatypes::DataType::UInt64,
-            false,
-        )]));
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("count", arrow::datatypes::DataType::UInt64, false),
+        ]));
         let stream = DeleteStream {
             schema: schema.clone(),
             table_id: self.table.id,
@@ -289,7 +310,14 @@ impl TableProvider for SealionTable {
             targets,
             storage: self.storage.clone(),
         };
-        Ok(Arc::new(StreamingTableExec::try_new(schema, vec![Arc::new(stream)], None, Vec::new(), false, None)?))
+        Ok(Arc::new(StreamingTableExec::try_new(
+            schema,
+            vec![Arc::new(stream)],
+            None,
+            Vec::new(),
+            false,
+            None,
+        )?))
     }
 
     async fn insert_into(
@@ -351,21 +379,29 @@ impl PartitionStream for NodeScan {
                     status.message()
                 ))))
             })?;
-            let flight = response.into_inner().map_err(|s| FlightError::Tonic(Box::new(s)));
+            let flight = response
+                .into_inner()
+                .map_err(|s| FlightError::Tonic(Box::new(s)));
             let batches = FlightRecordBatchStream::new_from_flight_data(flight)
                 .map_err(|e| DataFusionError::External(Box::new(e)));
             Ok::<_, DataFusionError>(batches)
         })
         .try_flatten();
-        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream.boxed()))
+        Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream.boxed(),
+        ))
     }
 }
 
 fn text_literal(e: &Expr) -> Option<String> {
     match e {
-        Expr::Literal(ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)), _) => {
-            Some(s.clone())
-        }
+        Expr::Literal(
+            ScalarValue::Utf8(Some(s))
+            | ScalarValue::LargeUtf8(Some(s))
+            | ScalarValue::Utf8View(Some(s)),
+            _,
+        ) => Some(s.clone()),
         _ => None,
     }
 }
@@ -382,8 +418,17 @@ fn tag_values(table: &Table, e: &Expr) -> Option<(String, Vec<String>)> {
         _ => None,
     };
     match e {
-        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Eq, right }) => {
-            match (tag_of(left), text_literal(right), tag_of(right), text_literal(left)) {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Eq,
+            right,
+        }) => {
+            match (
+                tag_of(left),
+                text_literal(right),
+                tag_of(right),
+                text_literal(left),
+            ) {
                 (Some(t), Some(v), _, _) | (_, _, Some(t), Some(v)) => Some((t, vec![v])),
                 _ => None,
             }
@@ -392,7 +437,11 @@ fn tag_values(table: &Table, e: &Expr) -> Option<(String, Vec<String>)> {
             let values: Option<Vec<String>> = list.list.iter().map(text_literal).collect();
             Some((tag_of(&list.expr)?, values?))
         }
-        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Or, right }) => {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Or,
+            right,
+        }) => {
             let (a, mut va) = tag_values(table, left)?;
             let (b, vb) = tag_values(table, right)?;
             if a != b {
@@ -406,7 +455,11 @@ fn tag_values(table: &Table, e: &Expr) -> Option<(String, Vec<String>)> {
 }
 
 /// Turns the conjuncts of a DELETE's WHERE into a storage predicate.
-pub fn delete_predicate(table: &Table, time: &str, filters: &[Expr]) -> crate::Result<DeletePredicate> {
+pub fn delete_predicate(
+    table: &Table,
+    time: &str,
+    filters: &[Expr],
+) -> crate::Result<DeletePredicate> {
     let mut pred = DeletePredicate {
         start_ns: i64::MIN,
         end_ns: i64::MAX,
@@ -427,9 +480,16 @@ pub fn delete_predicate(table: &Table, time: &str, filters: &[Expr]) -> crate::R
     let mut range = TimeRange::ALL;
     for f in filters {
         match f {
-            Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::And,
+                right,
+            }) => {
                 let inner = delete_predicate(table, time, &[(**left).clone(), (**right).clone()])?;
-                range = range.intersect(TimeRange { start_ns: inner.start_ns, end_ns: inner.end_ns });
+                range = range.intersect(TimeRange {
+                    start_ns: inner.start_ns,
+                    end_ns: inner.end_ns,
+                });
                 for m in inner.tags {
                     add_tag(m.name, m.values);
                 }
@@ -440,13 +500,20 @@ pub fn delete_predicate(table: &Table, time: &str, filters: &[Expr]) -> crate::R
                 }
             }
             Expr::BinaryExpr(BinaryExpr { left, op, right })
-                if matches!(op, Operator::Eq | Operator::Gt | Operator::GtEq | Operator::Lt | Operator::LtEq)
-                    && ((is_time_column(left, time) && literal_ns(right).is_some())
-                        || (is_time_column(right, time) && literal_ns(left).is_some())) =>
+                if matches!(
+                    op,
+                    Operator::Eq | Operator::Gt | Operator::GtEq | Operator::Lt | Operator::LtEq
+                ) && ((is_time_column(left, time) && literal_ns(right).is_some())
+                    || (is_time_column(right, time) && literal_ns(left).is_some())) =>
             {
                 range = range.intersect(bound_of(f, time));
             }
-            Expr::Between(b) if !b.negated && is_time_column(&b.expr, time) && literal_ns(&b.low).is_some() && literal_ns(&b.high).is_some() => {
+            Expr::Between(b)
+                if !b.negated
+                    && is_time_column(&b.expr, time)
+                    && literal_ns(&b.low).is_some()
+                    && literal_ns(&b.high).is_some() =>
+            {
                 range = range.intersect(bound_of(f, time));
             }
             other => return Err(refuse(other)),
@@ -468,7 +535,11 @@ struct DeleteStream {
 
 impl fmt::Debug for DeleteStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DeleteStream(table={} predicate={:?})", self.table_id, self.predicate)
+        write!(
+            f,
+            "DeleteStream(table={} predicate={:?})",
+            self.table_id, self.predicate
+        )
     }
 }
 
@@ -492,11 +563,18 @@ impl PartitionStream for DeleteStream {
                 calls.push(async move {
                     let mut client = client.map_err(|e| e.into_datafusion())?;
                     let reply = client
-                        .delete(DeleteRequest { table_id, partition_ids: ids, predicate: Some(predicate) })
+                        .delete(DeleteRequest {
+                            table_id,
+                            partition_ids: ids,
+                            predicate: Some(predicate),
+                        })
                         .await
                         .map_err(|s| {
-                            crate::Error::Unavailable(format!("storage node {node_id} at {addr}: {}", s.message()))
-                                .into_datafusion()
+                            crate::Error::Unavailable(format!(
+                                "storage node {node_id} at {addr}: {}",
+                                s.message()
+                            ))
+                            .into_datafusion()
                         })?;
                     Ok::<u64, DataFusionError>(reply.into_inner().rows_deleted)
                 });
@@ -530,7 +608,11 @@ impl fmt::Debug for TableSink {
 
 impl DisplayAs for TableSink {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SealionSink: table={}.{}", self.table.database, self.table.name)
+        write!(
+            f,
+            "SealionSink: table={}.{}",
+            self.table.database, self.table.name
+        )
     }
 }
 
@@ -540,7 +622,11 @@ impl DataSink for TableSink {
         &self.schema
     }
 
-    async fn write_all(&self, mut data: SendableRecordBatchStream, _context: &Arc<TaskContext>) -> DfResult<u64> {
+    async fn write_all(
+        &self,
+        mut data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> DfResult<u64> {
         let mut rows = 0u64;
         while let Some(batch) = data.next().await {
             let batch = batch?;
@@ -560,19 +646,46 @@ mod tests {
     use datafusion::prelude::{col, lit};
 
     fn ts(v: i64) -> Expr {
-        lit(ScalarValue::TimestampNanosecond(Some(v), Some("UTC".into())))
+        lit(ScalarValue::TimestampNanosecond(
+            Some(v),
+            Some("UTC".into()),
+        ))
     }
 
     #[test]
     fn time_bounds_come_from_comparisons_between_and_or() {
         let f = vec![col("time").gt_eq(ts(10)), col("time").lt(ts(20))];
-        assert_eq!(time_range_of(&f, "time"), TimeRange { start_ns: 10, end_ns: 20 });
+        assert_eq!(
+            time_range_of(&f, "time"),
+            TimeRange {
+                start_ns: 10,
+                end_ns: 20
+            }
+        );
         let f = vec![ts(10).lt(col("time"))];
-        assert_eq!(time_range_of(&f, "time"), TimeRange { start_ns: 11, end_ns: i64::MAX });
+        assert_eq!(
+            time_range_of(&f, "time"),
+            TimeRange {
+                start_ns: 11,
+                end_ns: i64::MAX
+            }
+        );
         let f = vec![col("time").between(ts(5), ts(7))];
-        assert_eq!(time_range_of(&f, "time"), TimeRange { start_ns: 5, end_ns: 8 });
+        assert_eq!(
+            time_range_of(&f, "time"),
+            TimeRange {
+                start_ns: 5,
+                end_ns: 8
+            }
+        );
         let f = vec![col("time").eq(ts(3)).or(col("time").eq(ts(9)))];
-        assert_eq!(time_range_of(&f, "time"), TimeRange { start_ns: 3, end_ns: 10 });
+        assert_eq!(
+            time_range_of(&f, "time"),
+            TimeRange {
+                start_ns: 3,
+                end_ns: 10
+            }
+        );
     }
 
     #[test]

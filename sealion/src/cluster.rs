@@ -48,7 +48,8 @@ struct Proc {
 fn spawn(name: &str, args: &[String], logs: &PathBuf) -> anyhow::Result<Proc> {
     let exe = std::env::current_exe().context("finding the sealion executable")?;
     let log_path = logs.join(format!("{name}.log"));
-    let log = std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
     let child = Command::new(exe)
         .args(args)
         .stdin(Stdio::null())
@@ -84,7 +85,9 @@ fn stop_all(procs: &mut Vec<Proc>) {
         loop {
             match p.child.try_wait() {
                 Ok(Some(_)) => break,
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
                 _ => {
                     eprintln!("{} did not stop in time; killing it", p.name);
                     let _ = p.child.kill();
@@ -106,7 +109,9 @@ pub async fn run(a: ClusterArgs) -> anyhow::Result<()> {
     let logs = a.data_dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
     let port = |offset: u16| -> anyhow::Result<u16> {
-        a.base_port.checked_add(offset).context("base port too high")
+        a.base_port
+            .checked_add(offset)
+            .context("base port too high")
     };
     let dir = |name: &str| a.data_dir.join(name).display().to_string();
     let mut procs: Vec<Proc> = Vec::new();
@@ -135,7 +140,10 @@ pub async fn run(a: ClusterArgs) -> anyhow::Result<()> {
                 args.push(meta_addrs[0].clone());
             }
             procs.push(spawn(&format!("meta-{i}"), &args, &logs)?);
-            endpoints.push(format!("meta-{i}       grpc {addr}  pid {}", procs.last().map_or(0, |p| p.child.id())));
+            endpoints.push(format!(
+                "meta-{i}       grpc {addr}  pid {}",
+                procs.last().map_or(0, |p| p.child.id())
+            ));
         }
         let meta_list = meta_addrs.join(",");
         for i in 1..=a.storage {
@@ -150,12 +158,21 @@ pub async fn run(a: ClusterArgs) -> anyhow::Result<()> {
                 meta_list.clone(),
             ];
             procs.push(spawn(&format!("storage-{i}"), &args, &logs)?);
-            endpoints.push(format!("storage-{i}    grpc+flight {addr}  pid {}", procs.last().map_or(0, |p| p.child.id())));
+            endpoints.push(format!(
+                "storage-{i}    grpc+flight {addr}  pid {}",
+                procs.last().map_or(0, |p| p.child.id())
+            ));
         }
         let mut pg_addrs = Vec::new();
         for i in 0..a.query {
-            let http = format!("127.0.0.1:{}", a.http_port.checked_add(i).context("http port too high")?);
-            let pg = format!("127.0.0.1:{}", a.pg_port.checked_add(i).context("pg port too high")?);
+            let http = format!(
+                "127.0.0.1:{}",
+                a.http_port.checked_add(i).context("http port too high")?
+            );
+            let pg = format!(
+                "127.0.0.1:{}",
+                a.pg_port.checked_add(i).context("pg port too high")?
+            );
             let args = vec![
                 "query".to_string(),
                 "--http-addr".into(),
@@ -176,7 +193,10 @@ pub async fn run(a: ClusterArgs) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(120);
         for pg in &pg_addrs {
             if !wait_for_port(pg, deadline) {
-                bail!("query node at {pg} did not start; see the logs in {}", logs.display());
+                bail!(
+                    "query node at {pg} did not start; see the logs in {}",
+                    logs.display()
+                );
             }
         }
         Ok(endpoints)

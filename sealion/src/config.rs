@@ -21,8 +21,11 @@ pub fn load_config_file_into_env() -> anyhow::Result<()> {
         }
     }
     let Some(path) = path else { return Ok(()) };
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading config file {}", path.display()))?;
-    let table: toml::Table = text.parse().with_context(|| format!("parsing config file {}", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    let table: toml::Table = text
+        .parse()
+        .with_context(|| format!("parsing config file {}", path.display()))?;
     for (key, value) in table {
         let var = format!("SEALION_{}", key.replace('-', "_").to_ascii_uppercase());
         let text = match value {
@@ -32,7 +35,11 @@ pub fn load_config_file_into_env() -> anyhow::Result<()> {
             toml::Value::Float(f) => f.to_string(),
             toml::Value::Array(items) => items
                 .iter()
-                .map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| v.to_string())
+                })
                 .collect::<Vec<_>>()
                 .join(","),
             other => bail!("config key {key}: unsupported value {other}"),

@@ -15,7 +15,11 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "sealion", version, about = "Sealion: a distributed time-series database")]
+#[command(
+    name = "sealion",
+    version,
+    about = "Sealion: a distributed time-series database"
+)]
 struct Cli {
     /// TOML file with settings (keys are long flag names, e.g. `data-dir = "/var/lib/sealion"`).
     #[arg(long, global = true, env = "SEALION_CONFIG")]
@@ -43,36 +47,23 @@ struct StandaloneArgs {
     /// Directory for all data (meta's Raft log and state, storage's rows).
     #[arg(long, env = "SEALION_DATA_DIR", default_value = "./sealion-data")]
     data_dir: PathBuf,
-    /// HTTP API address (line protocol writes, SQL, /health, /metrics).
-    #[arg(long, env = "SEALION_HTTP_ADDR", default_value = "127.0.0.1:8080")]
-    http_addr: SocketAddr,
-    /// PostgreSQL wire protocol address.
-    #[arg(long, env = "SEALION_PG_ADDR", default_value = "127.0.0.1:5433")]
-    pg_addr: SocketAddr,
+    #[command(flatten)]
+    front: FrontArgs,
     /// Internal gRPC address of the meta role (port 0 picks a free port).
     #[arg(long, env = "SEALION_META_ADDR", default_value = "127.0.0.1:0")]
     meta_addr: SocketAddr,
     /// Internal gRPC and Flight address of the storage role (port 0 picks a free port).
     #[arg(long, env = "SEALION_STORAGE_ADDR", default_value = "127.0.0.1:0")]
     storage_addr: SocketAddr,
-    /// Most PostgreSQL connections served at once.
-    #[arg(long, env = "SEALION_PG_MAX_CONNECTIONS", default_value_t = 256)]
-    pg_max_connections: usize,
     /// How often meta removes partitions past their table's retention (0: never).
-    #[arg(long, env = "SEALION_RETENTION_CHECK_INTERVAL_MS", default_value_t = 60_000)]
+    #[arg(
+        long,
+        env = "SEALION_RETENTION_CHECK_INTERVAL_MS",
+        default_value_t = 60_000
+    )]
     retention_check_interval_ms: u64,
-    /// How often the storage node deletes rows of partitions meta no longer maps (0: never).
-    #[arg(long, env = "SEALION_SWEEP_INTERVAL_MS", default_value_t = 60_000)]
-    sweep_interval_ms: u64,
-    /// How often the storage node looks for partitions to seal (0: only on demand).
-    #[arg(long, env = "SEALION_SEAL_CHECK_INTERVAL_MS", default_value_t = 30_000)]
-    seal_check_interval_ms: u64,
-    /// A partition whose end has passed is sealed after this long without a write.
-    #[arg(long, env = "SEALION_SEAL_IDLE_MS", default_value_t = 300_000)]
-    seal_idle_ms: u64,
-    /// A sealed partition is sealed again once its late rows pass this fraction of its rows.
-    #[arg(long, env = "SEALION_RESEAL_FRACTION", default_value_t = 0.1)]
-    reseal_fraction: f64,
+    #[command(flatten)]
+    tasks: StorageTaskArgs,
 }
 
 #[derive(Args, Debug)]
@@ -102,7 +93,11 @@ struct MetaArgs {
     #[arg(long, env = "SEALION_REPLICATION_FACTOR", default_value_t = 1)]
     replication_factor: usize,
     /// How often meta removes partitions past their table's retention (0: never).
-    #[arg(long, env = "SEALION_RETENTION_CHECK_INTERVAL_MS", default_value_t = 60_000)]
+    #[arg(
+        long,
+        env = "SEALION_RETENTION_CHECK_INTERVAL_MS",
+        default_value_t = 60_000
+    )]
     retention_check_interval_ms: u64,
 }
 
@@ -115,7 +110,11 @@ struct StorageArgs {
     #[arg(long, env = "SEALION_ADVERTISE_ADDR")]
     advertise_addr: Option<String>,
     /// Directory of this node's partitions.
-    #[arg(long, env = "SEALION_DATA_DIR", default_value = "./sealion-data/storage")]
+    #[arg(
+        long,
+        env = "SEALION_DATA_DIR",
+        default_value = "./sealion-data/storage"
+    )]
     data_dir: PathBuf,
     /// Meta replica addresses, comma-separated.
     #[arg(long, env = "SEALION_META", value_delimiter = ',', required = true)]
@@ -123,6 +122,36 @@ struct StorageArgs {
     /// Interval between heartbeats to meta.
     #[arg(long, env = "SEALION_HEARTBEAT_INTERVAL_MS", default_value_t = 1_000)]
     heartbeat_interval_ms: u64,
+    #[command(flatten)]
+    tasks: StorageTaskArgs,
+}
+
+#[derive(Args, Debug)]
+struct QueryArgs {
+    #[command(flatten)]
+    front: FrontArgs,
+    /// Meta replica addresses, comma-separated.
+    #[arg(long, env = "SEALION_META", value_delimiter = ',', required = true)]
+    meta: Vec<String>,
+}
+
+/// The client-facing listeners of a query node (and of standalone).
+#[derive(Args, Debug)]
+struct FrontArgs {
+    /// HTTP API address (line protocol writes, SQL, /health, /metrics).
+    #[arg(long, env = "SEALION_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    http_addr: SocketAddr,
+    /// PostgreSQL wire protocol address.
+    #[arg(long, env = "SEALION_PG_ADDR", default_value = "127.0.0.1:5433")]
+    pg_addr: SocketAddr,
+    /// Most PostgreSQL connections served at once.
+    #[arg(long, env = "SEALION_PG_MAX_CONNECTIONS", default_value_t = 256)]
+    pg_max_connections: usize,
+}
+
+/// The background work of a storage node (and of standalone).
+#[derive(Args, Debug)]
+struct StorageTaskArgs {
     /// How often the storage node deletes rows of partitions meta no longer maps (0: never).
     #[arg(long, env = "SEALION_SWEEP_INTERVAL_MS", default_value_t = 60_000)]
     sweep_interval_ms: u64,
@@ -135,22 +164,6 @@ struct StorageArgs {
     /// A sealed partition is sealed again once its late rows pass this fraction of its rows.
     #[arg(long, env = "SEALION_RESEAL_FRACTION", default_value_t = 0.1)]
     reseal_fraction: f64,
-}
-
-#[derive(Args, Debug)]
-struct QueryArgs {
-    /// HTTP API address.
-    #[arg(long, env = "SEALION_HTTP_ADDR", default_value = "127.0.0.1:8080")]
-    http_addr: SocketAddr,
-    /// PostgreSQL wire protocol address.
-    #[arg(long, env = "SEALION_PG_ADDR", default_value = "127.0.0.1:5433")]
-    pg_addr: SocketAddr,
-    /// Meta replica addresses, comma-separated.
-    #[arg(long, env = "SEALION_META", value_delimiter = ',', required = true)]
-    meta: Vec<String>,
-    /// Most PostgreSQL connections served at once.
-    #[arg(long, env = "SEALION_PG_MAX_CONNECTIONS", default_value_t = 256)]
-    pg_max_connections: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -168,7 +181,10 @@ fn main() -> anyhow::Result<()> {
 /// Resolves when SIGINT or SIGTERM arrives.
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         tracing::error!("cannot install signal handlers; stop with SIGKILL");
         return std::future::pending().await;
     };
@@ -207,28 +223,36 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 data_dir: a.data_dir,
                 meta_addrs: a.meta,
                 heartbeat_interval_ms: a.heartbeat_interval_ms,
-                sweep_interval_ms: a.sweep_interval_ms,
-                seal_check_interval_ms: a.seal_check_interval_ms,
-                seal_idle_ms: a.seal_idle_ms,
-                reseal_fraction: a.reseal_fraction,
+                sweep_interval_ms: a.tasks.sweep_interval_ms,
+                seal_check_interval_ms: a.tasks.seal_check_interval_ms,
+                seal_idle_ms: a.tasks.seal_idle_ms,
+                reseal_fraction: a.tasks.reseal_fraction,
             })
             .await
             .context("starting storage node")?;
-            println!("storage node {} listening on {}", server.node_id(), server.local_addr());
+            println!(
+                "storage node {} listening on {}",
+                server.node_id(),
+                server.local_addr()
+            );
             shutdown_signal().await;
             server.shutdown().await.context("stopping storage node")?;
             Ok(())
         }
         Command::Query(a) => {
             let server = sealion_query::QueryServer::start(sealion_query::QueryConfig {
-                http_addr: a.http_addr,
-                pg_addr: a.pg_addr,
+                http_addr: a.front.http_addr,
+                pg_addr: a.front.pg_addr,
                 meta_addrs: a.meta,
-                pg_max_connections: a.pg_max_connections,
+                pg_max_connections: a.front.pg_max_connections,
             })
             .await
             .context("starting query node")?;
-            println!("query node: http {} postgres {}", server.http_addr(), server.pg_addr());
+            println!(
+                "query node: http {} postgres {}",
+                server.http_addr(),
+                server.pg_addr()
+            );
             shutdown_signal().await;
             server.shutdown().await;
             Ok(())
@@ -260,18 +284,18 @@ async fn standalone(a: StandaloneArgs) -> anyhow::Result<()> {
         data_dir: a.data_dir.join("storage"),
         meta_addrs: vec![meta_addr.clone()],
         heartbeat_interval_ms: 1_000,
-        sweep_interval_ms: a.sweep_interval_ms,
-        seal_check_interval_ms: a.seal_check_interval_ms,
-        seal_idle_ms: a.seal_idle_ms,
-        reseal_fraction: a.reseal_fraction,
+        sweep_interval_ms: a.tasks.sweep_interval_ms,
+        seal_check_interval_ms: a.tasks.seal_check_interval_ms,
+        seal_idle_ms: a.tasks.seal_idle_ms,
+        reseal_fraction: a.tasks.reseal_fraction,
     })
     .await
     .context("starting storage")?;
     let query = sealion_query::QueryServer::start(sealion_query::QueryConfig {
-        http_addr: a.http_addr,
-        pg_addr: a.pg_addr,
+        http_addr: a.front.http_addr,
+        pg_addr: a.front.pg_addr,
         meta_addrs: vec![meta_addr],
-        pg_max_connections: a.pg_max_connections,
+        pg_max_connections: a.front.pg_max_connections,
     })
     .await
     .context("starting query node")?;
@@ -307,9 +331,17 @@ mod tests {
                 if id == "help" || id == "version" {
                     continue;
                 }
-                assert!(arg.get_help().is_some(), "sealion {} --{id} has no help text", sub.get_name());
+                assert!(
+                    arg.get_help().is_some(),
+                    "sealion {} --{id} has no help text",
+                    sub.get_name()
+                );
                 let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or("");
-                assert!(env.starts_with("SEALION_"), "sealion {} --{id} has no SEALION_* variable", sub.get_name());
+                assert!(
+                    env.starts_with("SEALION_"),
+                    "sealion {} --{id} has no SEALION_* variable",
+                    sub.get_name()
+                );
             }
         }
     }

@@ -45,7 +45,9 @@ async fn wait_healthy(http: &Http, procs: &[&Proc]) {
 async fn cluster_keeps_answering_through_node_and_meta_failures() {
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path();
-    let meta_addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let meta_addrs: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
     let meta_list = meta_addrs.join(",");
     let mut metas: Vec<Proc> = Vec::new();
     for i in 0..3 {
@@ -56,7 +58,10 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
             "--listen-addr".into(),
             meta_addrs[i].clone(),
             "--data-dir".into(),
-            dir.path().join(format!("meta-{}", i + 1)).display().to_string(),
+            dir.path()
+                .join(format!("meta-{}", i + 1))
+                .display()
+                .to_string(),
             "--node-timeout-ms".into(),
             "3000".into(),
         ];
@@ -75,7 +80,10 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
             "--listen-addr".into(),
             format!("127.0.0.1:{}", free_port()),
             "--data-dir".into(),
-            dir.path().join(format!("storage-{}", i + 1)).display().to_string(),
+            dir.path()
+                .join(format!("storage-{}", i + 1))
+                .display()
+                .to_string(),
             "--meta".into(),
             meta_list.clone(),
             "--heartbeat-interval-ms".into(),
@@ -99,10 +107,26 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
         logs,
     );
     let http = Http::new(&http_addr);
-    wait_healthy(&http, &[&metas[0], &metas[1], &metas[2], &storages[0], &storages[1], &query]).await;
+    wait_healthy(
+        &http,
+        &[
+            &metas[0],
+            &metas[1],
+            &metas[2],
+            &storages[0],
+            &storages[1],
+            &query,
+        ],
+    )
+    .await;
     // Both storage nodes registered.
     eventually("two storage nodes up", Duration::from_secs(60), || async {
-        let (s, b) = http.sql("public", "SELECT count(*) FROM system.nodes WHERE state = 'up'").await;
+        let (s, b) = http
+            .sql(
+                "public",
+                "SELECT count(*) FROM system.nodes WHERE state = 'up'",
+            )
+            .await;
         (s == 200 && b["rows"][0][0] == 2).then_some(())
     })
     .await;
@@ -115,7 +139,11 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
     )
     .await
     .unwrap();
-    let data = Dataset { hosts: 6, days: 4, step_s: 1_800 };
+    let data = Dataset {
+        hosts: 6,
+        days: 4,
+        step_s: 1_800,
+    };
     let batches = data.batches(500);
     let (last, first) = batches.split_last().unwrap();
     for b in first {
@@ -131,32 +159,60 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
             .map(|(h, t, v)| format!("('host_{h}', 'r{}', {v}.0, {v}, to_timestamp({t}))", h % 3))
             .collect();
         let n = pg
-            .execute(&format!("INSERT INTO cpu (host, region, usage, n, time) VALUES {}", values.join(",")), &[])
+            .execute(
+                &format!(
+                    "INSERT INTO cpu (host, region, usage, n, time) VALUES {}",
+                    values.join(",")
+                ),
+                &[],
+            )
             .await
             .unwrap();
         assert_eq!(n as usize, chunk.len());
     }
     check_per_host(&http, &pg_addr, &data).await;
     // Partitions are spread over both nodes.
-    let nodes = http.rows("public", "SELECT count(DISTINCT node_id) FROM system.partitions").await;
+    let nodes = http
+        .rows(
+            "public",
+            "SELECT count(DISTINCT node_id) FROM system.partitions",
+        )
+        .await;
     assert_eq!(nodes[0][0], 2, "partitions on both storage nodes");
 
     // Kill a storage node: writes to its partitions fail loudly, never silently.
     let victim_id = {
-        let r = http.rows("public", "SELECT node_id FROM system.partitions WHERE start = '2024-01-01T00:00:00Z'").await;
+        let r = http
+            .rows(
+                "public",
+                "SELECT node_id FROM system.partitions WHERE start = '2024-01-01T00:00:00Z'",
+            )
+            .await;
         r[0][0].as_u64().unwrap()
     };
     // Storage processes register in start order, but ids come from meta; find the process by address.
     let victim_addr = http
-        .rows("public", &format!("SELECT addr FROM system.nodes WHERE node_id = {victim_id}"))
+        .rows(
+            "public",
+            &format!("SELECT addr FROM system.nodes WHERE node_id = {victim_id}"),
+        )
         .await[0][0]
         .as_str()
         .unwrap()
         .to_string();
-    let vi = storages.iter().position(|p| p.args.contains(&victim_addr)).unwrap();
+    let vi = storages
+        .iter()
+        .position(|p| p.args.contains(&victim_addr))
+        .unwrap();
     storages[vi].kill();
     let (status, body) = http
-        .write("public", format!("cpu,host=host_0,region=r0 usage=1.0,n=1i {}\n", DAY0_S * 1_000_000_000))
+        .write(
+            "public",
+            format!(
+                "cpu,host=host_0,region=r0 usage=1.0,n=1i {}\n",
+                DAY0_S * 1_000_000_000
+            ),
+        )
         .await;
     assert_eq!(status, 503, "write to a dead node's partition: {body}");
     // A query whose time range lies in partitions of the live node never
@@ -164,14 +220,26 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
     let live_day = http
         .rows("public", &format!("SELECT start, \"end\" FROM system.partitions WHERE node_id <> {victim_id} ORDER BY start LIMIT 1"))
         .await;
-    let (from, to) = (live_day[0][0].as_str().unwrap().to_string(), live_day[0][1].as_str().unwrap().to_string());
+    let (from, to) = (
+        live_day[0][0].as_str().unwrap().to_string(),
+        live_day[0][1].as_str().unwrap().to_string(),
+    );
     let (status, body) = http
-        .sql("public", &format!("SELECT count(*) FROM cpu WHERE time >= '{from}' AND time < '{to}'"))
+        .sql(
+            "public",
+            &format!("SELECT count(*) FROM cpu WHERE time >= '{from}' AND time < '{to}'"),
+        )
         .await;
     assert_eq!(status, 200, "a query that needs only the live node: {body}");
-    assert_eq!(body["rows"][0][0].as_u64().unwrap() as usize, data.hosts * 48);
+    assert_eq!(
+        body["rows"][0][0].as_u64().unwrap() as usize,
+        data.hosts * 48
+    );
     let (status, _) = http.sql("public", "SELECT count(*) FROM cpu").await;
-    assert!(status >= 500, "a query that needs the dead node fails, it does not answer short");
+    assert!(
+        status >= 500,
+        "a query that needs the dead node fails, it does not answer short"
+    );
     storages[vi].restart();
     eventually("storage node back", Duration::from_secs(60), || async {
         let (s, b) = http.sql("public", PER_HOST_SQL).await;
@@ -182,7 +250,10 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
     check_per_host(&http, &pg_addr, &data).await;
 
     // Kill a meta follower, keep working, bring it back.
-    let leader = eventually("a meta leader", Duration::from_secs(30), || leader_of(&meta_addrs)).await;
+    let leader = eventually("a meta leader", Duration::from_secs(30), || {
+        leader_of(&meta_addrs)
+    })
+    .await;
     let follower = (0..3).find(|&i| i as u64 + 1 != leader).unwrap();
     metas[follower].kill();
     let (status, body) = http.write("public", "extra,host=a v=1.0 1\n".into()).await;
@@ -191,18 +262,32 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
     check_per_host(&http, &pg_addr, &data).await;
 
     // Kill the meta leader: a new one is elected and the cluster keeps serving.
-    let leader = eventually("a meta leader", Duration::from_secs(30), || leader_of(&meta_addrs)).await;
+    let leader = eventually("a meta leader", Duration::from_secs(30), || {
+        leader_of(&meta_addrs)
+    })
+    .await;
     metas[leader as usize - 1].kill();
-    let others: Vec<String> = meta_addrs.iter().enumerate().filter(|(i, _)| *i as u64 + 1 != leader).map(|(_, a)| a.clone()).collect();
+    let others: Vec<String> = meta_addrs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i as u64 + 1 != leader)
+        .map(|(_, a)| a.clone())
+        .collect();
     let new_leader = eventually("a new meta leader", Duration::from_secs(60), || async {
         leader_of(&others).await.filter(|l| *l != leader)
     })
     .await;
     assert_ne!(new_leader, leader);
     let (status, body) = http.write("public", "extra2,host=b v=2.0 2\n".into()).await;
-    assert_eq!(status, 204, "a write that creates a table after the leader died: {body}");
+    assert_eq!(
+        status, 204,
+        "a write that creates a table after the leader died: {body}"
+    );
     check_per_host(&http, &pg_addr, &data).await;
-    assert_eq!(http.rows("public", "SELECT v FROM extra2").await, vec![vec![serde_json::json!(2.0)]]);
+    assert_eq!(
+        http.rows("public", "SELECT v FROM extra2").await,
+        vec![vec![serde_json::json!(2.0)]]
+    );
     drop(query);
 }
 
@@ -211,7 +296,10 @@ fn free_base_port() -> u16 {
     for _ in 0..200 {
         let base = 20_000 + (std::process::id() as u16 % 50) * 400 + (rand_u16() % 300);
         let ports = [1u16, 2, 3, 101, 102, 103].map(|o| base + o);
-        if ports.iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) {
+        if ports
+            .iter()
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        {
             return base;
         }
     }
@@ -219,7 +307,10 @@ fn free_base_port() -> u16 {
 }
 
 fn rand_u16() -> u16 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u16
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u16
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,30 +342,73 @@ async fn sealion_cluster_command_runs_a_working_cluster_and_stops_it() {
     );
     let http = Http::new(&format!("127.0.0.1:{http_port}"));
     wait_healthy(&http, &[&launcher]).await;
-    eventually("three storage nodes up", Duration::from_secs(60), || async {
-        let (s, b) = http.sql("public", "SELECT count(*) FROM system.nodes WHERE state = 'up'").await;
-        (s == 200 && b["rows"][0][0] == 3).then_some(())
-    })
+    eventually(
+        "three storage nodes up",
+        Duration::from_secs(60),
+        || async {
+            let (s, b) = http
+                .sql(
+                    "public",
+                    "SELECT count(*) FROM system.nodes WHERE state = 'up'",
+                )
+                .await;
+            (s == 200 && b["rows"][0][0] == 3).then_some(())
+        },
+    )
     .await;
-    let data = Dataset { hosts: 10, days: 3, step_s: 900 };
+    let data = Dataset {
+        hosts: 10,
+        days: 3,
+        step_s: 900,
+    };
     for b in data.batches(1_000) {
         let (status, body) = http.write("public", b).await;
         assert_eq!(status, 204, "{body}");
     }
     check_per_host(&http, &format!("127.0.0.1:{pg_port}"), &data).await;
     let parts = http.rows("public", "SELECT count(*), count(DISTINCT partition_id) FROM system.partitions WHERE table_name = 'cpu'").await;
-    assert_eq!(parts[0], vec![serde_json::json!(3), serde_json::json!(3)], "one partition per day");
+    assert_eq!(
+        parts[0],
+        vec![serde_json::json!(3), serde_json::json!(3)],
+        "one partition per day"
+    );
 
     // The launcher prints every process and its pid, and SIGTERM stops them all.
     let log = launcher.log_text();
-    for name in ["meta-1", "meta-2", "meta-3", "storage-1", "storage-2", "storage-3", "query-1"] {
-        assert!(log.contains(name) && log.contains("pid"), "{name} missing from:\n{log}");
+    for name in [
+        "meta-1",
+        "meta-2",
+        "meta-3",
+        "storage-1",
+        "storage-2",
+        "storage-3",
+        "query-1",
+    ] {
+        assert!(
+            log.contains(name) && log.contains("pid"),
+            "{name} missing from:\n{log}"
+        );
     }
     launcher.stop();
-    for port in [base + 1, base + 2, base + 3, base + 101, base + 102, base + 103, http_port, pg_port] {
-        eventually("every child to exit", Duration::from_secs(20), || async move {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_err().then_some(())
-        })
+    for port in [
+        base + 1,
+        base + 2,
+        base + 3,
+        base + 101,
+        base + 102,
+        base + 103,
+        http_port,
+        pg_port,
+    ] {
+        eventually(
+            "every child to exit",
+            Duration::from_secs(20),
+            || async move {
+                std::net::TcpStream::connect(("127.0.0.1", port))
+                    .is_err()
+                    .then_some(())
+            },
+        )
         .await;
     }
 }

@@ -24,11 +24,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use arrow::record_batch::RecordBatch;
-use rocksdb::{
-    ColumnFamilyDescriptor, DB, DBAccess, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
-    WriteOptions,
-};
 use prost::Message;
+use rocksdb::{
+    ColumnFamilyDescriptor, DB, DBAccess, Direction, IteratorMode, Options, ReadOptions,
+    WriteBatch, WriteOptions,
+};
 use sealion_common::proto::{Column, DeletePredicate, ScanRequest};
 
 use crate::rows::{BatchBuilder, decode_key, decode_series, encode_batch, partition_prefix};
@@ -60,9 +60,15 @@ pub enum SealOutcome {
     Empty,
     /// Sealed and nothing written since.
     AlreadySealed,
-    Sealed { rows: u64, bytes: u64 },
+    Sealed {
+        rows: u64,
+        bytes: u64,
+    },
     /// An existing file and late rows were folded into a new file.
-    Resealed { rows: u64, bytes: u64 },
+    Resealed {
+        rows: u64,
+        bytes: u64,
+    },
 }
 
 #[derive(Clone)]
@@ -248,10 +254,11 @@ impl Engine {
                 .ok_or_else(|| Error::Internal("no sealed column family".into()))?;
             for item in db.iterator_cf(&cf, IteratorMode::Start) {
                 let (key, value) = item?;
-                let pid = u64::from_be_bytes(key.as_ref().try_into().map_err(|_| Error::Corrupt {
-                    partition_id: 0,
-                    reason: "bad sealed-partition record".into(),
-                })?);
+                let pid =
+                    u64::from_be_bytes(key.as_ref().try_into().map_err(|_| Error::Corrupt {
+                        partition_id: 0,
+                        reason: "bad sealed-partition record".into(),
+                    })?);
                 let name = String::from_utf8(value.to_vec()).map_err(|_| Error::Corrupt {
                     partition_id: pid,
                     reason: "bad sealed file name".into(),
@@ -277,7 +284,9 @@ impl Engine {
             for item in db.iterator_cf(&cf, IteratorMode::Start) {
                 let (key, _) = item?;
                 if key.len() == 16 {
-                    max = max.max(u64::from_be_bytes(key[8..16].try_into().unwrap_or_default()));
+                    max = max.max(u64::from_be_bytes(
+                        key[8..16].try_into().unwrap_or_default(),
+                    ));
                 }
             }
             max + 1
@@ -314,12 +323,19 @@ impl Engine {
 
     fn partition_iter(&self, partition_id: u64) -> rocksdb::DBIterator<'_> {
         let prefix = partition_prefix(partition_id);
-        self.db
-            .iterator_opt(IteratorMode::From(&prefix, Direction::Forward), partition_read_options(partition_id))
+        self.db.iterator_opt(
+            IteratorMode::From(&prefix, Direction::Forward),
+            partition_read_options(partition_id),
+        )
     }
 
     pub fn sealed_file(&self, partition_id: u64) -> Result<Option<Arc<SealedFile>>> {
-        Ok(self.sealed.read().map_err(|_| poisoned())?.get(&partition_id).cloned())
+        Ok(self
+            .sealed
+            .read()
+            .map_err(|_| poisoned())?
+            .get(&partition_id)
+            .cloned())
     }
 
     fn deletes_cf(&self) -> Result<&rocksdb::ColumnFamily> {
@@ -369,12 +385,18 @@ impl Engine {
             for row in rocks_rows(self.partition_iter(partition_id), partition_id) {
                 let row = row?;
                 if row_matches(pred, &row, partition_id)? {
-                    batch.delete(crate::rows::encode_key(partition_id, &row.series, row.time_ns));
+                    batch.delete(crate::rows::encode_key(
+                        partition_id,
+                        &row.series,
+                        row.time_ns,
+                    ));
                 }
             }
             // Always logged, open partition or not: a seal may have taken its
             // snapshot before these rows were removed.
-            let seq = self.delete_seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let seq = self
+                .delete_seq
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let mut key = partition_prefix(partition_id).to_vec();
             key.extend_from_slice(&seq.to_be_bytes());
             batch.put_cf(&cf, key, pred.encode_to_vec());
@@ -406,12 +428,18 @@ impl Engine {
                 (self.db.snapshot(), self.sealed_file(pid)?)
             };
             let deletes: Vec<DeletePredicate> = if file.is_some() {
-                self.snapshot_deletes(&snapshot, pid)?.into_iter().map(|(_, d)| d).collect()
+                self.snapshot_deletes(&snapshot, pid)?
+                    .into_iter()
+                    .map(|(_, d)| d)
+                    .collect()
             } else {
                 Vec::new()
             };
             let prefix = partition_prefix(pid);
-            let open = snapshot.iterator_opt(IteratorMode::From(&prefix, Direction::Forward), partition_read_options(pid));
+            let open = snapshot.iterator_opt(
+                IteratorMode::From(&prefix, Direction::Forward),
+                partition_read_options(pid),
+            );
             let rows: Box<dyn Iterator<Item = Result<SortedRow>> + '_> = match &file {
                 None => Box::new(rocks_rows(open, pid)),
                 Some(f) => {
@@ -423,7 +451,11 @@ impl Engine {
                         }
                         let mut sub = req.clone();
                         sub.partition_ids = vec![pid];
-                        sub.limit = if limit == u64::MAX { 0 } else { limit - emitted };
+                        sub.limit = if limit == u64::MAX {
+                            0
+                        } else {
+                            limit - emitted
+                        };
                         f.scan(&sub, &mut |batch: RecordBatch| {
                             emitted += batch.num_rows() as u64;
                             let go_on = emit(batch);
@@ -477,7 +509,10 @@ impl Engine {
         };
         let prefix = partition_prefix(partition_id);
         let open_iter = || {
-            snapshot.iterator_opt(IteratorMode::From(&prefix, Direction::Forward), partition_read_options(partition_id))
+            snapshot.iterator_opt(
+                IteratorMode::From(&prefix, Direction::Forward),
+                partition_read_options(partition_id),
+            )
         };
         let mut stats = Stats::default();
         let mut open_rows = 0u64;
@@ -493,8 +528,11 @@ impl Engine {
                 stats.sealed_rows = f.summary().rows;
                 stats.late_rows = open_rows;
                 stats.bytes += f.summary().bytes;
-                let deletes: Vec<DeletePredicate> =
-                    self.snapshot_deletes(&snapshot, partition_id)?.into_iter().map(|(_, d)| d).collect();
+                let deletes: Vec<DeletePredicate> = self
+                    .snapshot_deletes(&snapshot, partition_id)?
+                    .into_iter()
+                    .map(|(_, d)| d)
+                    .collect();
                 if !deletes.is_empty() {
                     let mut kept = 0u64;
                     for row in without_deleted(f.rows(), deletes.clone(), partition_id) {
@@ -507,7 +545,10 @@ impl Engine {
                     f.summary().rows
                 } else {
                     let mut n = 0u64;
-                    for row in merge_rows(without_deleted(f.rows(), deletes, partition_id), rocks_rows(open_iter(), partition_id)) {
+                    for row in merge_rows(
+                        without_deleted(f.rows(), deletes, partition_id),
+                        rocks_rows(open_iter(), partition_id),
+                    ) {
                         row?;
                         n += 1;
                     }
@@ -549,7 +590,10 @@ impl Engine {
         let snapshot = self.db.snapshot();
         let prefix = partition_prefix(partition_id);
         let has_open = snapshot
-            .iterator_opt(IteratorMode::From(&prefix, Direction::Forward), partition_read_options(partition_id))
+            .iterator_opt(
+                IteratorMode::From(&prefix, Direction::Forward),
+                partition_read_options(partition_id),
+            )
             .next()
             .is_some();
         let logged = self.snapshot_deletes(&snapshot, partition_id)?;
@@ -563,7 +607,10 @@ impl Engine {
             _ => {}
         }
         let open = rocks_rows(
-            snapshot.iterator_opt(IteratorMode::From(&prefix, Direction::Forward), partition_read_options(partition_id)),
+            snapshot.iterator_opt(
+                IteratorMode::From(&prefix, Direction::Forward),
+                partition_read_options(partition_id),
+            ),
             partition_id,
         );
         let unique = std::time::SystemTime::now()
@@ -627,7 +674,11 @@ impl Engine {
                         partition_id,
                         reason: "bad key".into(),
                     })?;
-                    let row = SortedRow { series: series.to_vec(), time_ns, value: Vec::new() };
+                    let row = SortedRow {
+                        series: series.to_vec(),
+                        time_ns,
+                        value: Vec::new(),
+                    };
                     let mut hidden = false;
                     for d in &newer {
                         hidden |= row_matches(d, &row, partition_id)?;
@@ -652,7 +703,10 @@ impl Engine {
             let mut opts = WriteOptions::default();
             opts.set_sync(true);
             self.db.write_opt(batch, &opts)?;
-            self.sealed.write().map_err(|_| poisoned())?.insert(partition_id, file);
+            self.sealed
+                .write()
+                .map_err(|_| poisoned())?
+                .insert(partition_id, file);
         }
         if let Some(old) = existing {
             // Readers that still hold the old file keep its open handle.
@@ -672,12 +726,19 @@ impl Engine {
     /// order. Seeks from one partition's prefix to the next, so it costs one
     /// seek per partition, not one step per row.
     pub fn partition_ids(&self) -> Result<Vec<u64>> {
-        let mut ids: std::collections::BTreeSet<u64> =
-            self.sealed.read().map_err(|_| poisoned())?.keys().copied().collect();
+        let mut ids: std::collections::BTreeSet<u64> = self
+            .sealed
+            .read()
+            .map_err(|_| poisoned())?
+            .keys()
+            .copied()
+            .collect();
         let mut next: Option<u64> = Some(0);
         while let Some(from) = next {
             let prefix = partition_prefix(from);
-            let mut it = self.db.iterator(IteratorMode::From(&prefix, Direction::Forward));
+            let mut it = self
+                .db
+                .iterator(IteratorMode::From(&prefix, Direction::Forward));
             let Some(item) = it.next() else { break };
             let (key, _) = item?;
             let Some((pid, _, _)) = decode_key(&key) else {
@@ -718,7 +779,10 @@ impl Engine {
             let _exclusive = self.swap.write().map_err(|_| poisoned())?;
             self.db.write_opt(batch, &opts)?;
             let mut sealed = self.sealed.write().map_err(|_| poisoned())?;
-            partition_ids.iter().filter_map(|p| sealed.remove(p)).collect()
+            partition_ids
+                .iter()
+                .filter_map(|p| sealed.remove(p))
+                .collect()
         };
         for f in removed {
             if let Err(e) = std::fs::remove_file(f.path()) {
@@ -752,9 +816,16 @@ mod tests {
         RecordBatch::try_new(
             sealion_common::catalog::arrow_schema(&columns()),
             vec![
-                Arc::new(TimestampNanosecondArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()).with_timezone("UTC")),
-                Arc::new(StringArray::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())),
-                Arc::new(Float64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
+                Arc::new(
+                    TimestampNanosecondArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())
+                        .with_timezone("UTC"),
+                ),
+                Arc::new(StringArray::from(
+                    rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+                )),
+                Arc::new(Float64Array::from(
+                    rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+                )),
             ],
         )
         .unwrap()
@@ -776,7 +847,11 @@ mod tests {
     fn all_rows(e: &Engine, pids: Vec<u64>) -> Vec<(Option<String>, i64, Option<f64>)> {
         let mut out = Vec::new();
         e.scan(&req(pids), |b| {
-            let t = b.column(0).as_any().downcast_ref::<TimestampNanosecondArray>().unwrap();
+            let t = b
+                .column(0)
+                .as_any()
+                .downcast_ref::<TimestampNanosecondArray>()
+                .unwrap();
             let h = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
             let v = b.column(2).as_any().downcast_ref::<Float64Array>().unwrap();
             for i in 0..b.num_rows() {
@@ -797,7 +872,10 @@ mod tests {
     type Model = std::collections::BTreeMap<(String, i64), f64>;
 
     fn model_rows(m: &Model) -> Vec<(Option<String>, i64, Option<f64>)> {
-        let mut v: Vec<_> = m.iter().map(|((h, t), x)| (Some(h.clone()), *t, Some(*x))).collect();
+        let mut v: Vec<_> = m
+            .iter()
+            .map(|((h, t), x)| (Some(h.clone()), *t, Some(*x)))
+            .collect();
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         v
     }
@@ -807,14 +885,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = Engine::open(dir.path()).unwrap();
         let cols = columns();
-        e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0), ("a", 3, 3.0)])])]).unwrap();
+        e.write(
+            &cols,
+            &[(
+                1,
+                vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0), ("a", 3, 3.0)])],
+            )],
+        )
+        .unwrap();
         let before = all_rows(&e, vec![1]);
-        assert!(matches!(e.seal(1, &cols).unwrap(), SealOutcome::Sealed { rows: 3, .. }));
+        assert!(matches!(
+            e.seal(1, &cols).unwrap(),
+            SealOutcome::Sealed { rows: 3, .. }
+        ));
         assert_eq!(all_rows(&e, vec![1]), before);
-        assert_eq!(e.open_rows(1).unwrap(), 0, "the open rows went into the file");
+        assert_eq!(
+            e.open_rows(1).unwrap(),
+            0,
+            "the open rows went into the file"
+        );
         assert_eq!(e.seal(1, &cols).unwrap(), SealOutcome::AlreadySealed);
         // A late row replaces a sealed one, another is new.
-        e.write(&cols, &[(1, vec![batch(&[("a", 1, 10.0), ("c", 0, 5.0)])])]).unwrap();
+        e.write(&cols, &[(1, vec![batch(&[("a", 1, 10.0), ("c", 0, 5.0)])])])
+            .unwrap();
         let merged = all_rows(&e, vec![1]);
         assert_eq!(
             merged,
@@ -826,18 +919,35 @@ mod tests {
             ]
         );
         let st = e.stats(1).unwrap();
-        assert_eq!((st.rows, st.sealed, st.sealed_rows, st.late_rows), (4, true, 3, 2));
-        assert!(matches!(e.seal(1, &cols).unwrap(), SealOutcome::Resealed { rows: 4, .. }));
+        assert_eq!(
+            (st.rows, st.sealed, st.sealed_rows, st.late_rows),
+            (4, true, 3, 2)
+        );
+        assert!(matches!(
+            e.seal(1, &cols).unwrap(),
+            SealOutcome::Resealed { rows: 4, .. }
+        ));
         assert_eq!(all_rows(&e, vec![1]), merged);
         assert_eq!(e.open_rows(1).unwrap(), 0);
         // It all survives a restart.
         drop(e);
         let e = Engine::open(dir.path()).unwrap();
         assert_eq!(all_rows(&e, vec![1]), merged);
-        assert_eq!(std::fs::read_dir(dir.path().join(SEALED_DIR)).unwrap().count(), 1, "the replaced file is gone");
+        assert_eq!(
+            std::fs::read_dir(dir.path().join(SEALED_DIR))
+                .unwrap()
+                .count(),
+            1,
+            "the replaced file is gone"
+        );
         e.drop_partitions(&[1]).unwrap();
         assert!(all_rows(&e, vec![1]).is_empty());
-        assert_eq!(std::fs::read_dir(dir.path().join(SEALED_DIR)).unwrap().count(), 0);
+        assert_eq!(
+            std::fs::read_dir(dir.path().join(SEALED_DIR))
+                .unwrap()
+                .count(),
+            0
+        );
     }
 
     #[test]
@@ -847,20 +957,39 @@ mod tests {
                 let dir = tempfile::tempdir().unwrap();
                 let e = Engine::open(dir.path()).unwrap();
                 let cols = columns();
-                e.write(&cols, &[(4, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0)])])]).unwrap();
+                e.write(&cols, &[(4, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0)])])])
+                    .unwrap();
                 if already_sealed {
                     e.seal(4, &cols).unwrap();
-                    e.write(&cols, &[(4, vec![batch(&[("a", 1, 7.0), ("d", 9, 9.0)])])]).unwrap();
+                    e.write(&cols, &[(4, vec![batch(&[("a", 1, 7.0), ("d", 9, 9.0)])])])
+                        .unwrap();
                 }
                 let want = all_rows(&e, vec![4]);
                 assert!(e.seal_with(4, &cols, Some(fail)).is_err());
-                assert_eq!(all_rows(&e, vec![4]), want, "{fail:?}: reads before the restart");
+                assert_eq!(
+                    all_rows(&e, vec![4]),
+                    want,
+                    "{fail:?}: reads before the restart"
+                );
                 drop(e);
                 let e = Engine::open(dir.path()).unwrap();
-                assert_eq!(all_rows(&e, vec![4]), want, "{fail:?}: reads after the restart");
-                let files = std::fs::read_dir(dir.path().join(SEALED_DIR)).unwrap().count();
-                assert_eq!(files, usize::from(already_sealed), "{fail:?}: unrecorded files are removed");
-                assert!(matches!(e.seal(4, &cols).unwrap(), SealOutcome::Sealed { .. } | SealOutcome::Resealed { .. }));
+                assert_eq!(
+                    all_rows(&e, vec![4]),
+                    want,
+                    "{fail:?}: reads after the restart"
+                );
+                let files = std::fs::read_dir(dir.path().join(SEALED_DIR))
+                    .unwrap()
+                    .count();
+                assert_eq!(
+                    files,
+                    usize::from(already_sealed),
+                    "{fail:?}: unrecorded files are removed"
+                );
+                assert!(matches!(
+                    e.seal(4, &cols).unwrap(),
+                    SealOutcome::Sealed { .. } | SealOutcome::Resealed { .. }
+                ));
                 assert_eq!(all_rows(&e, vec![4]), want, "{fail:?}: after sealing again");
             }
         }
@@ -944,30 +1073,60 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = Engine::open(dir.path()).unwrap();
         let cols = columns();
-        e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0), ("a", 2, 2.0), ("b", 1, 3.0), ("b", 5, 4.0)])])]).unwrap();
+        e.write(
+            &cols,
+            &[(
+                1,
+                vec![batch(&[
+                    ("a", 1, 1.0),
+                    ("a", 2, 2.0),
+                    ("b", 1, 3.0),
+                    ("b", 5, 4.0),
+                ])],
+            )],
+        )
+        .unwrap();
         e.seal(1, &cols).unwrap();
         // Delete host a at times [0, 2): one sealed row.
-        assert_eq!(e.delete(1, &predicate(&[], 0, 0)).unwrap(), 0, "an empty range deletes nothing");
+        assert_eq!(
+            e.delete(1, &predicate(&[], 0, 0)).unwrap(),
+            0,
+            "an empty range deletes nothing"
+        );
         let pred = DeletePredicate {
             start_ns: 0,
             end_ns: 2,
-            tags: vec![sealion_common::proto::TagMatch { name: "host".into(), values: vec!["a".into()] }],
+            tags: vec![sealion_common::proto::TagMatch {
+                name: "host".into(),
+                values: vec!["a".into()],
+            }],
         };
         assert_eq!(e.delete(1, &pred).unwrap(), 1);
         assert_eq!(
-            all_rows(&e, vec![1]).iter().map(|r| (r.0.clone().unwrap(), r.1)).collect::<Vec<_>>(),
+            all_rows(&e, vec![1])
+                .iter()
+                .map(|r| (r.0.clone().unwrap(), r.1))
+                .collect::<Vec<_>>(),
             vec![("a".into(), 2), ("b".into(), 1), ("b".into(), 5)]
         );
         // A row written after the delete that matches it stays.
-        e.write(&cols, &[(1, vec![batch(&[("a", 1, 9.0)])])]).unwrap();
+        e.write(&cols, &[(1, vec![batch(&[("a", 1, 9.0)])])])
+            .unwrap();
         assert_eq!(all_rows(&e, vec![1]).len(), 4);
         let st = e.stats(1).unwrap();
         assert_eq!((st.rows, st.deleted_rows, st.late_rows), (4, 1, 1));
         let want = all_rows(&e, vec![1]);
-        assert!(matches!(e.seal(1, &cols).unwrap(), SealOutcome::Resealed { rows: 4, .. }));
+        assert!(matches!(
+            e.seal(1, &cols).unwrap(),
+            SealOutcome::Resealed { rows: 4, .. }
+        ));
         assert_eq!(all_rows(&e, vec![1]), want);
         let st = e.stats(1).unwrap();
-        assert_eq!((st.rows, st.deleted_rows, st.late_rows), (4, 0, 0), "the reseal folded the delete in");
+        assert_eq!(
+            (st.rows, st.deleted_rows, st.late_rows),
+            (4, 0, 0),
+            "the reseal folded the delete in"
+        );
         drop(e);
         let e = Engine::open(dir.path()).unwrap();
         assert_eq!(all_rows(&e, vec![1]), want);
@@ -978,26 +1137,44 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = Engine::open(dir.path()).unwrap();
         let cols = columns();
-        e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0), ("c", 3, 3.0)])])]).unwrap();
+        e.write(
+            &cols,
+            &[(
+                1,
+                vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0), ("c", 3, 3.0)])],
+            )],
+        )
+        .unwrap();
         let only_a = DeletePredicate {
             start_ns: i64::MIN,
             end_ns: i64::MAX,
-            tags: vec![sealion_common::proto::TagMatch { name: "host".into(), values: vec!["a".into()] }],
+            tags: vec![sealion_common::proto::TagMatch {
+                name: "host".into(),
+                values: vec!["a".into()],
+            }],
         };
         let only_b = DeletePredicate {
-            tags: vec![sealion_common::proto::TagMatch { name: "host".into(), values: vec!["b".into()] }],
+            tags: vec![sealion_common::proto::TagMatch {
+                name: "host".into(),
+                values: vec!["b".into()],
+            }],
             ..only_a.clone()
         };
         // Between the snapshot and the swap: delete a, then write a again
         // with the very same bytes; delete b for good; overwrite c.
         e.seal_inner(1, &cols, None, &|| {
             assert_eq!(e.delete(1, &only_a).unwrap(), 1);
-            e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0)])])]).unwrap();
+            e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0)])])])
+                .unwrap();
             assert_eq!(e.delete(1, &only_b).unwrap(), 1);
-            e.write(&cols, &[(1, vec![batch(&[("c", 3, 30.0)])])]).unwrap();
+            e.write(&cols, &[(1, vec![batch(&[("c", 3, 30.0)])])])
+                .unwrap();
         })
         .unwrap();
-        let want = vec![(Some("a".to_string()), 1, Some(1.0)), (Some("c".to_string()), 3, Some(30.0))];
+        let want = vec![
+            (Some("a".to_string()), 1, Some(1.0)),
+            (Some("c".to_string()), 3, Some(30.0)),
+        ];
         assert_eq!(all_rows(&e, vec![1]), want);
         e.seal(1, &cols).unwrap();
         assert_eq!(all_rows(&e, vec![1]), want, "after the reseal");
@@ -1012,9 +1189,16 @@ mod tests {
         let e = Engine::open(dir.path()).unwrap();
         assert_eq!(e.partition_ids().unwrap(), Vec::<u64>::new());
         let cols = columns();
-        e.write(&cols, &[(3, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0)])]), (7, vec![batch(&[("a", 5, 3.0)])])])
+        e.write(
+            &cols,
+            &[
+                (3, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0)])]),
+                (7, vec![batch(&[("a", 5, 3.0)])]),
+            ],
+        )
+        .unwrap();
+        e.write(&cols, &[(u64::MAX, vec![batch(&[("z", 9, 9.0)])])])
             .unwrap();
-        e.write(&cols, &[(u64::MAX, vec![batch(&[("z", 9, 9.0)])])]).unwrap();
         assert_eq!(e.partition_ids().unwrap(), vec![3, 7, u64::MAX]);
         assert_eq!(e.stats(3).unwrap().rows, 2);
         e.drop_partitions(&[3, u64::MAX]).unwrap();

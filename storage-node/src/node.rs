@@ -9,14 +9,16 @@ use std::time::Duration;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
 use sealion_common::meta_client::MetaClient;
+use sealion_common::proto::RegisterNode;
 use sealion_common::proto::meta_command::Cmd;
 use sealion_common::proto::storage_server::StorageServer as GrpcStorageServer;
-use sealion_common::proto::RegisterNode;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::engine::Engine;
-use crate::service::{FlightScanService, MAX_WRITE_BYTES, NodeContext, SealPolicy, StorageService, seal_due};
+use crate::service::{
+    FlightScanService, MAX_WRITE_BYTES, NodeContext, SealPolicy, StorageService, seal_due,
+};
 use crate::{Error, Result};
 
 #[derive(Debug, Clone)]
@@ -65,15 +67,17 @@ impl StorageServer {
         };
         let listener = tokio::net::TcpListener::bind(cfg.listen_addr).await?;
         let local_addr = listener.local_addr()?;
-        let advertise = cfg.advertise_addr.clone().unwrap_or_else(|| local_addr.to_string());
+        let advertise = cfg
+            .advertise_addr
+            .clone()
+            .unwrap_or_else(|| local_addr.to_string());
 
         let meta = MetaClient::connect(&cfg.meta_addrs, Duration::from_secs(60)).await?;
         let id_path = cfg.data_dir.join(NODE_ID_FILE);
         let known_id: u64 = match std::fs::read_to_string(&id_path) {
-            Ok(s) => s
-                .trim()
-                .parse()
-                .map_err(|_| Error::Internal(format!("{} does not hold a node id", id_path.display())))?,
+            Ok(s) => s.trim().parse().map_err(|_| {
+                Error::Internal(format!("{} does not hold a node id", id_path.display()))
+            })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => return Err(e.into()),
         };
@@ -110,10 +114,18 @@ impl StorageServer {
         );
         let interval = Duration::from_millis(cfg.heartbeat_interval_ms.max(50));
         let heartbeat = tokio::spawn(heartbeat_loop(ctx.clone(), advertise.clone(), interval));
-        let sweeper = (cfg.sweep_interval_ms > 0)
-            .then(|| tokio::spawn(sweep_loop(ctx.clone(), Duration::from_millis(cfg.sweep_interval_ms))));
-        let sealer = (cfg.seal_check_interval_ms > 0)
-            .then(|| tokio::spawn(seal_loop(ctx, Duration::from_millis(cfg.seal_check_interval_ms))));
+        let sweeper = (cfg.sweep_interval_ms > 0).then(|| {
+            tokio::spawn(sweep_loop(
+                ctx.clone(),
+                Duration::from_millis(cfg.sweep_interval_ms),
+            ))
+        });
+        let sealer = (cfg.seal_check_interval_ms > 0).then(|| {
+            tokio::spawn(seal_loop(
+                ctx,
+                Duration::from_millis(cfg.seal_check_interval_ms),
+            ))
+        });
         tracing::info!(node_id, addr = %advertise, "storage node serving");
         Ok(StorageServer {
             local_addr,
@@ -177,7 +189,10 @@ async fn heartbeat_loop(ctx: Arc<NodeContext>, addr: String, interval: Duration)
         match ctx.meta.heartbeat(id, &addr).await {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!(node_id = id, "meta does not know this node; registering again");
+                tracing::warn!(
+                    node_id = id,
+                    "meta does not know this node; registering again"
+                );
                 if let Err(e) = register(&ctx.meta, id, &addr).await {
                     tracing::warn!(error = %e, "re-registration failed");
                 }
@@ -202,7 +217,9 @@ pub async fn sweep_once(ctx: &NodeContext) -> Result<Vec<u64>> {
     let state = ctx.meta.get_state(true).await?.state.unwrap_or_default();
     let doomed: Vec<u64> = local
         .into_iter()
-        .filter(|pid| *pid < state.next_partition_id && !state.partitions.iter().any(|p| p.id == *pid))
+        .filter(|pid| {
+            *pid < state.next_partition_id && !state.partitions.iter().any(|p| p.id == *pid)
+        })
         .collect();
     if doomed.is_empty() {
         return Ok(doomed);

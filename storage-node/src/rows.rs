@@ -88,7 +88,10 @@ pub fn decode_key(key: &[u8]) -> Option<(u64, &[u8], i64)> {
 
 fn put_name(out: &mut Vec<u8>, name: &str) -> Result<()> {
     if name.len() > MAX_NAME_BYTES {
-        return Err(Error::Invalid(format!("column name of {} bytes is too long", name.len())));
+        return Err(Error::Invalid(format!(
+            "column name of {} bytes is too long",
+            name.len()
+        )));
     }
     out.extend_from_slice(&(name.len() as u16).to_be_bytes());
     out.extend_from_slice(name.as_bytes());
@@ -125,13 +128,17 @@ impl<'a> Reader<'a> {
         self.take(1).map(|b| b[0])
     }
     fn u16(&mut self) -> Option<usize> {
-        self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]) as usize)
+        self.take(2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]) as usize)
     }
     fn u32(&mut self) -> Option<usize> {
-        self.take(4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        self.take(4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
     }
     fn u64(&mut self) -> Option<u64> {
-        self.take(8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes)
+        self.take(8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes)
     }
     fn str16(&mut self) -> Option<&'a str> {
         let n = self.u16()?;
@@ -204,7 +211,10 @@ pub fn encode_batch(
         let array = batch.column(i);
         let want = sealion_common::catalog::arrow_type(column.data_type());
         let matches = match (&want, array.data_type()) {
-            (arrow::datatypes::DataType::Timestamp(u1, _), arrow::datatypes::DataType::Timestamp(u2, _)) => u1 == u2,
+            (
+                arrow::datatypes::DataType::Timestamp(u1, _),
+                arrow::datatypes::DataType::Timestamp(u2, _),
+            ) => u1 == u2,
             (a, b) => a == b,
         };
         if !matches {
@@ -260,11 +270,19 @@ pub fn encode_batch(
 
 fn encode_field(out: &mut Vec<u8>, field: &Source, row: usize) -> Result<()> {
     let any = field.array.as_any();
-    let bad = || Error::Invalid(format!("field {:?} has an unexpected type", field.column.name));
+    let bad = || {
+        Error::Invalid(format!(
+            "field {:?} has an unexpected type",
+            field.column.name
+        ))
+    };
     match field.column.data_type() {
         DataType::Float64 => {
             out.push(T_F64);
-            let v = any.downcast_ref::<Float64Array>().ok_or_else(bad)?.value(row);
+            let v = any
+                .downcast_ref::<Float64Array>()
+                .ok_or_else(bad)?
+                .value(row);
             out.extend_from_slice(&v.to_bits().to_be_bytes());
         }
         DataType::Int64 => {
@@ -274,17 +292,26 @@ fn encode_field(out: &mut Vec<u8>, field: &Source, row: usize) -> Result<()> {
         }
         DataType::Uint64 => {
             out.push(T_U64);
-            let v = any.downcast_ref::<UInt64Array>().ok_or_else(bad)?.value(row);
+            let v = any
+                .downcast_ref::<UInt64Array>()
+                .ok_or_else(bad)?
+                .value(row);
             out.extend_from_slice(&v.to_be_bytes());
         }
         DataType::Bool => {
             out.push(T_BOOL);
-            let v = any.downcast_ref::<BooleanArray>().ok_or_else(bad)?.value(row);
+            let v = any
+                .downcast_ref::<BooleanArray>()
+                .ok_or_else(bad)?
+                .value(row);
             out.push(v as u8);
         }
         DataType::String | DataType::Unspecified => {
             out.push(T_STR);
-            let v = any.downcast_ref::<StringArray>().ok_or_else(bad)?.value(row);
+            let v = any
+                .downcast_ref::<StringArray>()
+                .ok_or_else(bad)?
+                .value(row);
             put_str(out, v)?;
         }
         DataType::Timestamp => return Err(bad()),
@@ -292,13 +319,55 @@ fn encode_field(out: &mut Vec<u8>, field: &Source, row: usize) -> Result<()> {
     Ok(())
 }
 
-enum ColumnBuilder {
+/// An Arrow builder for one column of Sealion's types; shared by the open
+/// partition's scans and the sealed file's reader.
+pub(crate) enum ColumnBuilder {
     Time(TimestampNanosecondBuilder),
     Str(StringBuilder),
     F64(Float64Builder),
     I64(Int64Builder),
     U64(UInt64Builder),
     Bool(BooleanBuilder),
+}
+
+impl ColumnBuilder {
+    pub(crate) fn for_column(c: &Column) -> ColumnBuilder {
+        match (c.kind(), c.data_type()) {
+            (ColumnKind::Time, _) | (_, DataType::Timestamp) => {
+                ColumnBuilder::Time(TimestampNanosecondBuilder::new())
+            }
+            (_, DataType::Float64) => ColumnBuilder::F64(Float64Builder::new()),
+            (_, DataType::Int64) => ColumnBuilder::I64(Int64Builder::new()),
+            (_, DataType::Uint64) => ColumnBuilder::U64(UInt64Builder::new()),
+            (_, DataType::Bool) => ColumnBuilder::Bool(BooleanBuilder::new()),
+            (_, DataType::String | DataType::Unspecified) => {
+                ColumnBuilder::Str(StringBuilder::new())
+            }
+        }
+    }
+
+    pub(crate) fn append_nulls(&mut self, n: usize) {
+        match self {
+            ColumnBuilder::Time(b) => b.append_nulls(n),
+            ColumnBuilder::Str(b) => (0..n).for_each(|_| b.append_null()),
+            ColumnBuilder::F64(b) => b.append_nulls(n),
+            ColumnBuilder::I64(b) => b.append_nulls(n),
+            ColumnBuilder::U64(b) => b.append_nulls(n),
+            ColumnBuilder::Bool(b) => b.append_nulls(n),
+        }
+    }
+
+    /// The values built so far, leaving the builder empty.
+    pub(crate) fn finish(&mut self) -> ArrayRef {
+        match self {
+            ColumnBuilder::Time(b) => Arc::new(b.finish().with_timezone(TIME_ZONE)),
+            ColumnBuilder::Str(b) => Arc::new(b.finish()),
+            ColumnBuilder::F64(b) => Arc::new(b.finish()),
+            ColumnBuilder::I64(b) => Arc::new(b.finish()),
+            ColumnBuilder::U64(b) => Arc::new(b.finish()),
+            ColumnBuilder::Bool(b) => Arc::new(b.finish()),
+        }
+    }
 }
 
 /// Builds Arrow batches of the projected columns from decoded rows.
@@ -310,8 +379,12 @@ pub struct BatchBuilder {
 
 impl BatchBuilder {
     pub fn new(columns: Vec<Column>) -> Self {
-        let builders = columns.iter().map(new_builder).collect();
-        BatchBuilder { columns, builders, rows: 0 }
+        let builders = columns.iter().map(ColumnBuilder::for_column).collect();
+        BatchBuilder {
+            columns,
+            builders,
+            rows: 0,
+        }
     }
 
     pub fn rows(&self) -> usize {
@@ -319,7 +392,13 @@ impl BatchBuilder {
     }
 
     /// Appends the row whose key parts and value are given.
-    pub fn push(&mut self, partition_id: u64, series: &[u8], time_ns: i64, value: &[u8]) -> Result<()> {
+    pub fn push(
+        &mut self,
+        partition_id: u64,
+        series: &[u8],
+        time_ns: i64,
+        value: &[u8],
+    ) -> Result<()> {
         let corrupt = |reason: &str| Error::Corrupt {
             partition_id,
             reason: reason.to_string(),
@@ -344,7 +423,10 @@ impl BatchBuilder {
                     }
                 }
                 (_, builder) => {
-                    let v = fields.iter().find(|(n, _)| *n == column.name).map(|(_, v)| v);
+                    let v = fields
+                        .iter()
+                        .find(|(n, _)| *n == column.name)
+                        .map(|(_, v)| v);
                     append_field(builder, v, &column.name, partition_id)?;
                 }
             }
@@ -359,35 +441,21 @@ impl BatchBuilder {
         let arrays: Vec<ArrayRef> = self
             .builders
             .iter_mut()
-            .map(|b| -> ArrayRef {
-                match b {
-                    ColumnBuilder::Time(b) => Arc::new(b.finish().with_timezone(TIME_ZONE)),
-                    ColumnBuilder::Str(b) => Arc::new(b.finish()),
-                    ColumnBuilder::F64(b) => Arc::new(b.finish()),
-                    ColumnBuilder::I64(b) => Arc::new(b.finish()),
-                    ColumnBuilder::U64(b) => Arc::new(b.finish()),
-                    ColumnBuilder::Bool(b) => Arc::new(b.finish()),
-                }
-            })
+            .map(ColumnBuilder::finish)
             .collect();
-        let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(self.rows));
+        let options =
+            arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(self.rows));
         self.rows = 0;
         Ok(RecordBatch::try_new_with_options(schema, arrays, &options)?)
     }
 }
 
-fn new_builder(c: &Column) -> ColumnBuilder {
-    match (c.kind(), c.data_type()) {
-        (ColumnKind::Time, _) | (_, DataType::Timestamp) => ColumnBuilder::Time(TimestampNanosecondBuilder::new()),
-        (_, DataType::Float64) => ColumnBuilder::F64(Float64Builder::new()),
-        (_, DataType::Int64) => ColumnBuilder::I64(Int64Builder::new()),
-        (_, DataType::Uint64) => ColumnBuilder::U64(UInt64Builder::new()),
-        (_, DataType::Bool) => ColumnBuilder::Bool(BooleanBuilder::new()),
-        (_, DataType::String | DataType::Unspecified) => ColumnBuilder::Str(StringBuilder::new()),
-    }
-}
-
-fn append_field(builder: &mut ColumnBuilder, v: Option<&Value>, name: &str, partition_id: u64) -> Result<()> {
+fn append_field(
+    builder: &mut ColumnBuilder,
+    v: Option<&Value>,
+    name: &str,
+    partition_id: u64,
+) -> Result<()> {
     let mismatch = || Error::Corrupt {
         partition_id,
         reason: format!("stored value of {name:?} does not match the column type"),
@@ -436,7 +504,11 @@ mod tests {
         for cut in 2..v.len() {
             assert_eq!(decode_fields(&v[..cut]), None, "cut at {cut}");
         }
-        assert_eq!(decode_fields(&[ROW_FORMAT_V1]), Some(vec![]), "a row with no fields");
+        assert_eq!(
+            decode_fields(&[ROW_FORMAT_V1]),
+            Some(vec![]),
+            "a row with no fields"
+        );
         assert_eq!(decode_fields(&[9]), None, "unknown version");
     }
 

@@ -20,8 +20,9 @@ use sealion_common::catalog::arrow_schema;
 use sealion_common::meta_client::MetaClient;
 use sealion_common::proto::storage_server::Storage;
 use sealion_common::proto::{
-    DropPartitionsReply, DropPartitionsRequest, PartitionStats, PartitionStatsReply,
-    DeleteReply, DeleteRequest, PartitionStatsRequest, ScanRequest, SealReply, SealRequest, SealResult, WriteReply, WriteRequest,
+    DeleteReply, DeleteRequest, DropPartitionsReply, DropPartitionsRequest, PartitionStats,
+    PartitionStatsReply, PartitionStatsRequest, ScanRequest, SealReply, SealRequest, SealResult,
+    WriteReply, WriteRequest,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -81,10 +82,12 @@ pub async fn seal_due(ctx: &Arc<NodeContext>, pid: u64) -> Result<bool> {
 }
 
 async fn set_state(ctx: &NodeContext, pid: u64, state: sealion_common::proto::PartitionState) {
-    let cmd = sealion_common::proto::meta_command::Cmd::SetPartitionState(sealion_common::proto::SetPartitionState {
-        partition_id: pid,
-        state: state as i32,
-    });
+    let cmd = sealion_common::proto::meta_command::Cmd::SetPartitionState(
+        sealion_common::proto::SetPartitionState {
+            partition_id: pid,
+            state: state as i32,
+        },
+    );
     if let Err(e) = ctx.meta.propose(cmd).await {
         tracing::warn!(partition_id = pid, error = %e, "could not record the partition state in meta");
     }
@@ -128,10 +131,20 @@ pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResu
         SealOutcome::Sealed { rows, bytes } => ("sealed", rows, bytes),
         SealOutcome::Resealed { rows, bytes } => ("resealed", rows, bytes),
     };
-    if matches!(outcome, SealOutcome::Sealed { .. } | SealOutcome::Resealed { .. } | SealOutcome::AlreadySealed) {
+    if matches!(
+        outcome,
+        SealOutcome::Sealed { .. } | SealOutcome::Resealed { .. } | SealOutcome::AlreadySealed
+    ) {
         set_state(ctx, pid, PartitionState::Sealed).await;
         metrics::counter!("sealion_storage_partitions_sealed_total").increment(1);
-        tracing::info!(partition_id = pid, outcome = name, rows, bytes, elapsed_ms = started.elapsed().as_millis() as u64, "sealed");
+        tracing::info!(
+            partition_id = pid,
+            outcome = name,
+            rows,
+            bytes,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "sealed"
+        );
     } else if !was_sealed {
         set_state(ctx, pid, PartitionState::Open).await;
     }
@@ -163,7 +176,10 @@ impl NodeContext {
         let fresh = self.meta.get_state(true).await?.state.unwrap_or_default();
         match missing.into_iter().find(|&p| !held(&fresh, p)) {
             None => Ok(()),
-            Some(partition_id) => Err(Error::NotHeld { partition_id, node_id }),
+            Some(partition_id) => Err(Error::NotHeld {
+                partition_id,
+                node_id,
+            }),
         }
     }
 }
@@ -174,7 +190,9 @@ pub struct StorageService {
 
 fn decode_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>> {
     let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
-    reader.collect::<std::result::Result<Vec<_>, _>>().map_err(Error::from)
+    reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(Error::from)
 }
 
 #[tonic::async_trait]
@@ -234,7 +252,10 @@ impl Storage for StorageService {
         Ok(Response::new(PartitionStatsReply { stats }))
     }
 
-    async fn delete(&self, request: Request<DeleteRequest>) -> Result<Response<DeleteReply>, Status> {
+    async fn delete(
+        &self,
+        request: Request<DeleteRequest>,
+    ) -> Result<Response<DeleteReply>, Status> {
         let req = request.into_inner();
         let pred = req
             .predicate
@@ -257,7 +278,9 @@ impl Storage for StorageService {
                 last.insert(*id, now);
             }
         }
-        Ok(Response::new(DeleteReply { rows_deleted: deleted }))
+        Ok(Response::new(DeleteReply {
+            rows_deleted: deleted,
+        }))
     }
 
     async fn seal(&self, request: Request<SealRequest>) -> Result<Response<SealReply>, Status> {
@@ -266,10 +289,22 @@ impl Storage for StorageService {
         let now_ns = sealion_common::time::now_ms().saturating_mul(1_000_000);
         let mut results = Vec::with_capacity(req.partition_ids.len());
         for pid in req.partition_ids {
-            let ended = state.partitions.iter().find(|p| p.id == pid).map(|p| p.end_ns <= now_ns);
+            let ended = state
+                .partitions
+                .iter()
+                .find(|p| p.id == pid)
+                .map(|p| p.end_ns <= now_ns);
             let result = match ended {
-                None => SealResult { partition_id: pid, outcome: "not in the partition map".into(), ..Default::default() },
-                Some(false) => SealResult { partition_id: pid, outcome: "not_ended".into(), ..Default::default() },
+                None => SealResult {
+                    partition_id: pid,
+                    outcome: "not in the partition map".into(),
+                    ..Default::default()
+                },
+                Some(false) => SealResult {
+                    partition_id: pid,
+                    outcome: "not_ended".into(),
+                    ..Default::default()
+                },
                 Some(true) if !req.ignore_idle && !seal_due(&self.ctx, pid).await? => SealResult {
                     partition_id: pid,
                     outcome: "not_due".into(),
@@ -277,7 +312,11 @@ impl Storage for StorageService {
                 },
                 Some(true) => match seal_partition(&self.ctx, pid).await {
                     Ok(r) => r,
-                    Err(e) => SealResult { partition_id: pid, outcome: format!("error: {e}"), ..Default::default() },
+                    Err(e) => SealResult {
+                        partition_id: pid,
+                        outcome: format!("error: {e}"),
+                        ..Default::default()
+                    },
                 },
             };
             results.push(result);
@@ -305,7 +344,9 @@ pub struct FlightScanService {
 type BoxedStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 fn unimplemented<T>(what: &str) -> Result<T, Status> {
-    Err(Status::unimplemented(format!("{what} is not served by a storage node; use DoGet with a scan ticket")))
+    Err(Status::unimplemented(format!(
+        "{what} is not served by a storage node; use DoGet with a scan ticket"
+    )))
 }
 
 #[tonic::async_trait]
@@ -332,27 +373,42 @@ impl FlightService for FlightScanService {
         unimplemented("ListFlights")
     }
 
-    async fn get_flight_info(&self, _request: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
+    async fn get_flight_info(
+        &self,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
         unimplemented("GetFlightInfo")
     }
 
-    async fn poll_flight_info(&self, _request: Request<FlightDescriptor>) -> Result<Response<PollInfo>, Status> {
+    async fn poll_flight_info(
+        &self,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
         unimplemented("PollFlightInfo")
     }
 
-    async fn get_schema(&self, _request: Request<FlightDescriptor>) -> Result<Response<SchemaResult>, Status> {
+    async fn get_schema(
+        &self,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
         unimplemented("GetSchema")
     }
 
-    async fn do_get(&self, request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
+    async fn do_get(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Self::DoGetStream>, Status> {
         let ticket = request.into_inner();
         let scan = ScanRequest::decode(ticket.ticket.as_ref())
             .map_err(|e| Status::invalid_argument(format!("bad scan ticket: {e}")))?;
         if scan.table_columns.is_empty() {
-            return Err(Status::invalid_argument("scan ticket names no table columns"));
+            return Err(Status::invalid_argument(
+                "scan ticket names no table columns",
+            ));
         }
         let schema = arrow_schema(&scan.projection);
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, FlightError>>(SCAN_CHANNEL_BATCHES);
+        let (tx, rx) =
+            tokio::sync::mpsc::channel::<Result<RecordBatch, FlightError>>(SCAN_CHANNEL_BATCHES);
         let engine = self.ctx.engine.clone();
         tokio::task::spawn_blocking(move || {
             let mut rows = 0u64;
@@ -388,11 +444,17 @@ impl FlightService for FlightScanService {
         unimplemented("DoExchange")
     }
 
-    async fn do_action(&self, _request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
+    async fn do_action(
+        &self,
+        _request: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
         unimplemented("DoAction")
     }
 
-    async fn list_actions(&self, _request: Request<Empty>) -> Result<Response<Self::ListActionsStream>, Status> {
+    async fn list_actions(
+        &self,
+        _request: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
         unimplemented("ListActions")
     }
 }

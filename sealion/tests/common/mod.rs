@@ -31,7 +31,11 @@ impl Proc {
 
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "{} is already running", self.name);
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_sealion"))
             .args(&self.args)
             .env("RUST_LOG", "info")
@@ -54,17 +58,29 @@ impl Proc {
     /// SIGTERM and wait for a clean exit.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
                 if let Ok(Some(status)) = c.try_wait() {
-                    assert!(status.success(), "{} exited with {status} after SIGTERM; log:\n{}", self.name, self.log_text());
+                    assert!(
+                        status.success(),
+                        "{} exited with {status} after SIGTERM; log:\n{}",
+                        self.name,
+                        self.log_text()
+                    );
                     return;
                 }
                 if Instant::now() > deadline {
                     let _ = c.kill();
                     let _ = c.wait();
-                    panic!("{} did not stop after SIGTERM; log:\n{}", self.name, self.log_text());
+                    panic!(
+                        "{} did not stop after SIGTERM; log:\n{}",
+                        self.name,
+                        self.log_text()
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -84,7 +100,11 @@ impl Drop for Proc {
 
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Polls `f` until it returns `Some`, or panics after `timeout` with `what`.
@@ -114,7 +134,10 @@ impl Http {
     pub fn new(addr: &str) -> Http {
         Http {
             base: format!("http://{addr}"),
-            client: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap(),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap(),
         }
     }
 
@@ -143,7 +166,10 @@ impl Http {
             .unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     /// Rows of a query that must succeed.
@@ -157,7 +183,9 @@ impl Http {
 pub async fn pg_connect(addr: &str, db: &str) -> tokio_postgres::Client {
     let (host, port) = addr.rsplit_once(':').unwrap();
     let conn_str = format!("host={host} port={port} user=sealion dbname={db}");
-    let (client, conn) = tokio_postgres::connect(&conn_str, tokio_postgres::NoTls).await.unwrap();
+    let (client, conn) = tokio_postgres::connect(&conn_str, tokio_postgres::NoTls)
+        .await
+        .unwrap();
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -199,7 +227,13 @@ impl Dataset {
             .map(|chunk| {
                 chunk
                     .iter()
-                    .map(|(h, t, v)| format!("cpu,host=host_{h},region=r{} usage={v}.0,n={v}i {}\n", h % 3, t * 1_000_000_000))
+                    .map(|(h, t, v)| {
+                        format!(
+                            "cpu,host=host_{h},region=r{} usage={v}.0,n={v}i {}\n",
+                            h % 3,
+                            t * 1_000_000_000
+                        )
+                    })
                     .collect()
             })
             .collect()
@@ -218,22 +252,43 @@ impl Dataset {
     }
 }
 
-pub const PER_HOST_SQL: &str =
-    "SELECT host, count(*) AS c, sum(usage) AS s, max(usage) AS m FROM cpu GROUP BY host ORDER BY host";
+pub const PER_HOST_SQL: &str = "SELECT host, count(*) AS c, sum(usage) AS s, max(usage) AS m FROM cpu GROUP BY host ORDER BY host";
+
+/// (host, count, sum, max) of `cpu` over HTTP, for rows that `filter` (a
+/// SQL condition) keeps.
+pub async fn per_host_over_http(http: &Http, filter: &str) -> Vec<(String, i64, f64, f64)> {
+    let q = format!(
+        "SELECT host, count(*), sum(usage), max(usage) FROM cpu WHERE {filter} GROUP BY host ORDER BY host"
+    );
+    http.rows("public", &q)
+        .await
+        .iter()
+        .map(|r| {
+            (
+                r[0].as_str().unwrap().to_string(),
+                r[1].as_i64().unwrap(),
+                r[2].as_f64().unwrap(),
+                r[3].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
 
 /// Checks the per-host aggregates over HTTP and over the PostgreSQL wire.
 pub async fn check_per_host(http: &Http, pg_addr: &str, data: &Dataset) {
     let want = data.per_host();
-    let rows = http.rows("public", PER_HOST_SQL).await;
-    let got: Vec<(String, i64, f64, f64)> = rows
-        .iter()
-        .map(|r| (r[0].as_str().unwrap().to_string(), r[1].as_i64().unwrap(), r[2].as_f64().unwrap(), r[3].as_f64().unwrap()))
-        .collect();
+    let got = per_host_over_http(http, "true").await;
     assert_eq!(got, want, "per-host aggregates over HTTP");
     let pg = pg_connect(pg_addr, "public").await;
     let rows = pg.query(PER_HOST_SQL, &[]).await.unwrap();
-    let got: Vec<(String, i64, f64, f64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
-    assert_eq!(got, want, "per-host aggregates over pgwire (extended protocol)");
+    let got: Vec<(String, i64, f64, f64)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        got, want,
+        "per-host aggregates over pgwire (extended protocol)"
+    );
     let simple = pg.simple_query(PER_HOST_SQL).await.unwrap();
     let n = simple
         .iter()

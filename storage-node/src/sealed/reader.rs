@@ -5,16 +5,12 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
-    TimestampNanosecondBuilder, UInt64Builder,
-};
+use arrow::array::ArrayRef;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use prost::Message;
-use sealion_common::catalog::{TIME_ZONE, arrow_schema};
+use sealion_common::catalog::arrow_schema;
 use sealion_common::proto::{Column, ColumnKind, ScanRequest};
 
 use super::filter::TagFilters;
@@ -25,6 +21,7 @@ use super::value::{self, ChunkRole, ChunkSpec, FieldRef};
 use super::{MAX_ROWS_PER_GROUP, SealedSummary, SortedRow};
 use crate::columnar::{self, ColumnType, ColumnValues, MAX_PAGE_VALUES, Page, StatValue};
 use crate::engine::SCAN_BATCH_ROWS;
+use crate::rows::ColumnBuilder as Builder;
 use crate::{Error, Result};
 
 /// One series of the file, from the directory.
@@ -745,56 +742,6 @@ fn concat_pages(pages: Vec<Page>, ty: ColumnType) -> Result<Page> {
         values,
         nulls: any_null.then_some(nulls),
     })
-}
-
-enum Builder {
-    Time(TimestampNanosecondBuilder),
-    Str(StringBuilder),
-    F64(Float64Builder),
-    I64(Int64Builder),
-    U64(UInt64Builder),
-    Bool(BooleanBuilder),
-}
-
-impl Builder {
-    fn for_column(c: &Column) -> Builder {
-        use arrow::datatypes::DataType as A;
-        let t = if c.kind() == ColumnKind::Time {
-            sealion_common::catalog::arrow_type(sealion_common::proto::DataType::Timestamp)
-        } else {
-            sealion_common::catalog::arrow_type(c.data_type())
-        };
-        match t {
-            A::Timestamp(..) => Builder::Time(TimestampNanosecondBuilder::new()),
-            A::Float64 => Builder::F64(Float64Builder::new()),
-            A::Int64 => Builder::I64(Int64Builder::new()),
-            A::UInt64 => Builder::U64(UInt64Builder::new()),
-            A::Boolean => Builder::Bool(BooleanBuilder::new()),
-            _ => Builder::Str(StringBuilder::new()),
-        }
-    }
-
-    fn append_nulls(&mut self, n: usize) {
-        match self {
-            Builder::Time(b) => b.append_nulls(n),
-            Builder::Str(b) => (0..n).for_each(|_| b.append_null()),
-            Builder::F64(b) => b.append_nulls(n),
-            Builder::I64(b) => b.append_nulls(n),
-            Builder::U64(b) => b.append_nulls(n),
-            Builder::Bool(b) => b.append_nulls(n),
-        }
-    }
-
-    fn finish(&mut self) -> ArrayRef {
-        match self {
-            Builder::Time(b) => Arc::new(b.finish().with_timezone(TIME_ZONE)),
-            Builder::Str(b) => Arc::new(b.finish()),
-            Builder::F64(b) => Arc::new(b.finish()),
-            Builder::I64(b) => Arc::new(b.finish()),
-            Builder::U64(b) => Arc::new(b.finish()),
-            Builder::Bool(b) => Arc::new(b.finish()),
-        }
-    }
 }
 
 /// Appends rows `[a, b)` of `page` (page-local indexes).
