@@ -13,6 +13,9 @@ forbid() { # crate, forbidden dependency
 for c in sealion-proto sealion-common; do
   for d in sealion-meta sealion-storage sealion-query datafusion rocksdb openraft; do forbid "$c" "$d"; done
 done
+for d in sealion-meta sealion-storage sealion-query datafusion rocksdb librocksdb-sys openraft tonic; do
+  forbid sealion-format "$d"
+done
 forbid sealion-storage datafusion
 forbid sealion-storage sealion-query
 forbid sealion-storage sealion-meta

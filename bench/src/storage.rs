@@ -17,7 +17,7 @@ use arrow::array::{ArrayRef, Float64Array, StringArray, TimestampNanosecondArray
 use arrow::record_batch::RecordBatch;
 use sealion_common::catalog::arrow_schema;
 use sealion_common::proto::{Column, ColumnKind, DataType, ScanRequest};
-use sealion_storage::columnar::{
+use sealion_format::columnar::{
     ColumnValues, Compression, EncodeOptions, Encoding, Page, decode_page, encode_page,
 };
 use sealion_storage::engine::Engine;
@@ -296,6 +296,7 @@ fn main() -> anyhow::Result<()> {
                 projection: vec![],
                 table_columns: cols.clone(),
                 limit: 0,
+                ..Default::default()
             },
             |b| {
                 n += b.num_rows() as u64;

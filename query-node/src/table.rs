@@ -255,6 +255,7 @@ impl TableProvider for SealionTable {
                 projection: columns.clone(),
                 table_columns: self.table.columns.clone(),
                 limit: limit.map_or(0, |l| l as u64),
+                ..Default::default()
             };
             streams.push(Arc::new(NodeScan {
                 schema: schema.clone(),

@@ -29,14 +29,22 @@ use rocksdb::{
     ColumnFamilyDescriptor, DB, DBAccess, Direction, IteratorMode, Options, ReadOptions,
     WriteBatch, WriteOptions,
 };
-use sealion_common::proto::{Column, DeletePredicate, ScanRequest};
+use sealion_common::proto::{Column, DeletePredicate, ScanMetrics, ScanRequest};
 
-use crate::rows::{BatchBuilder, decode_key, decode_series, encode_batch, partition_prefix};
+use crate::rows::{decode_key, decode_series, encode_batch, partition_prefix};
 use crate::sealed::{SealedFile, SortedRow, write_sealed};
 use crate::{Error, Result};
+use sealion_format::scan::{Metrics, Output, Query, scan_rows};
+use sealion_format::{Error as FError, Result as FResult};
+
+/// A RocksDB error met while iterating rows for the format crate's row
+/// path (which knows no RocksDB).
+fn rocks_error(e: rocksdb::Error) -> FError {
+    FError::Io(std::io::Error::other(format!("rocksdb: {e}")))
+}
 
 /// Rows per Arrow batch that a scan emits.
-pub const SCAN_BATCH_ROWS: usize = 8_192;
+pub use sealion_format::SCAN_BATCH_ROWS;
 
 /// Column family that records which file holds each sealed partition.
 const SEALED_CF: &str = "sealed";
@@ -100,14 +108,14 @@ pub struct Stats {
 
 /// Whether `row` matches `pred`: time in range and every tag condition met
 /// (a row without the tag never matches).
-pub fn row_matches(pred: &DeletePredicate, row: &SortedRow, partition_id: u64) -> Result<bool> {
+pub fn row_matches(pred: &DeletePredicate, row: &SortedRow, partition_id: u64) -> FResult<bool> {
     if row.time_ns < pred.start_ns || row.time_ns >= pred.end_ns {
         return Ok(false);
     }
     if pred.tags.is_empty() {
         return Ok(true);
     }
-    let tags = decode_series(&row.series).ok_or_else(|| Error::Corrupt {
+    let tags = decode_series(&row.series).ok_or_else(|| FError::Corrupt {
         partition_id,
         reason: "bad series key".into(),
     })?;
@@ -143,10 +151,10 @@ fn parse_deletes(
 
 /// The rows of `rows` that none of `deletes` matches.
 fn without_deleted<'a>(
-    rows: impl Iterator<Item = Result<SortedRow>> + 'a,
+    rows: impl Iterator<Item = FResult<SortedRow>> + 'a,
     deletes: Vec<DeletePredicate>,
     partition_id: u64,
-) -> impl Iterator<Item = Result<SortedRow>> + 'a {
+) -> impl Iterator<Item = FResult<SortedRow>> + 'a {
     rows.filter_map(move |row| match row {
         Err(e) => Some(Err(e)),
         Ok(row) => {
@@ -173,9 +181,9 @@ fn key_order(a: &SortedRow, b: &SortedRow) -> Ordering {
 /// Merges two row streams in key order; on equal keys the row of `late`
 /// wins (it was written after the other).
 fn merge_rows<'a>(
-    base: impl Iterator<Item = Result<SortedRow>> + 'a,
-    late: impl Iterator<Item = Result<SortedRow>> + 'a,
-) -> impl Iterator<Item = Result<SortedRow>> + 'a {
+    base: impl Iterator<Item = FResult<SortedRow>> + 'a,
+    late: impl Iterator<Item = FResult<SortedRow>> + 'a,
+) -> impl Iterator<Item = FResult<SortedRow>> + 'a {
     let mut base = base.peekable();
     let mut late = late.peekable();
     std::iter::from_fn(move || {
@@ -202,10 +210,10 @@ fn merge_rows<'a>(
 fn rocks_rows<'a, D: DBAccess>(
     iter: rocksdb::DBIteratorWithThreadMode<'a, D>,
     partition_id: u64,
-) -> impl Iterator<Item = Result<SortedRow>> + 'a {
+) -> impl Iterator<Item = FResult<SortedRow>> + 'a {
     iter.map(move |item| {
-        let (key, value) = item?;
-        let (_, series, time_ns) = decode_key(&key).ok_or_else(|| Error::Corrupt {
+        let (key, value) = item.map_err(rocks_error)?;
+        let (_, series, time_ns) = decode_key(&key).ok_or_else(|| FError::Corrupt {
             partition_id,
             reason: "bad key".into(),
         })?;
@@ -408,84 +416,61 @@ impl Engine {
         Ok(before.saturating_sub(after))
     }
 
-    /// Runs `req` and hands each batch of at most `SCAN_BATCH_ROWS` rows to
-    /// `emit`; stops early when `emit` returns false or the limit is reached.
-    pub fn scan(&self, req: &ScanRequest, mut emit: impl FnMut(RecordBatch) -> bool) -> Result<()> {
-        // An empty projection asks for row counts only (`count(*)`).
-        let projection: Vec<Column> = req.projection.clone();
-        let limit = if req.limit == 0 { u64::MAX } else { req.limit };
-        let mut builder = BatchBuilder::new(projection);
-        let mut emitted = 0u64;
-        let mut stopped = false;
+    /// Runs `req` and hands its answer to `emit` in batches of at most
+    /// `SCAN_BATCH_ROWS` rows, stopping early when `emit` returns false.
+    /// Returns what the scan did (`ScanMetrics`).
+    ///
+    /// Each partition goes down one of three ways: an open partition through
+    /// the row path; a sealed one with nothing pending through the sealed
+    /// file's column paths; a sealed one with late rows or deletes through
+    /// the row path over the file's rows merged with them (last write wins,
+    /// deleted rows dropped). All three give the same answer for the same
+    /// rows (`sealion_format::scan`).
+    pub fn scan(
+        &self,
+        req: &ScanRequest,
+        mut emit: impl FnMut(RecordBatch) -> bool,
+    ) -> Result<ScanMetrics> {
+        let query = Query::compile(req)?;
+        let mut sink = |batch: RecordBatch| emit(batch);
+        let mut out = Output::new(&query, &mut sink);
         for &pid in &req.partition_ids {
-            if emitted >= limit || stopped {
+            if out.done() {
                 break;
             }
+            Metrics::add(&out.metrics.partitions_scanned, 1);
             // The snapshot and the sealed file are taken together, so a seal
             // that commits meanwhile cannot make rows vanish or appear twice.
             let (snapshot, file) = {
                 let _shared = self.swap.read().map_err(|_| poisoned())?;
                 (self.db.snapshot(), self.sealed_file(pid)?)
             };
-            let deletes: Vec<DeletePredicate> = if file.is_some() {
-                self.snapshot_deletes(&snapshot, pid)?
-                    .into_iter()
-                    .map(|(_, d)| d)
-                    .collect()
-            } else {
-                Vec::new()
-            };
             let prefix = partition_prefix(pid);
             let open = snapshot.iterator_opt(
                 IteratorMode::From(&prefix, Direction::Forward),
                 partition_read_options(pid),
             );
-            let rows: Box<dyn Iterator<Item = Result<SortedRow>> + '_> = match &file {
-                None => Box::new(rocks_rows(open, pid)),
+            match &file {
+                None => scan_rows(&mut out, pid, rocks_rows(open, pid))?,
                 Some(f) => {
+                    let deletes: Vec<DeletePredicate> = self
+                        .snapshot_deletes(&snapshot, pid)?
+                        .into_iter()
+                        .map(|(_, d)| d)
+                        .collect();
                     let mut late = rocks_rows(open, pid).peekable();
                     if late.peek().is_none() && deletes.is_empty() {
-                        // Sealed and nothing written since: the file alone.
-                        if builder.rows() > 0 && !emit(builder.finish()?) {
-                            return Ok(());
-                        }
-                        let mut sub = req.clone();
-                        sub.partition_ids = vec![pid];
-                        sub.limit = if limit == u64::MAX {
-                            0
-                        } else {
-                            limit - emitted
-                        };
-                        f.scan(&sub, &mut |batch: RecordBatch| {
-                            emitted += batch.num_rows() as u64;
-                            let go_on = emit(batch);
-                            stopped = !go_on;
-                            go_on
-                        })?;
-                        continue;
+                        Metrics::add(&out.metrics.sealed_partitions_fast, 1);
+                        f.run(&mut out)?;
+                    } else {
+                        Metrics::add(&out.metrics.sealed_partitions_merged, 1);
+                        let rows = merge_rows(without_deleted(f.rows(), deletes, pid), late);
+                        scan_rows(&mut out, pid, rows)?;
                     }
-                    Box::new(merge_rows(without_deleted(f.rows(), deletes, pid), late))
-                }
-            };
-            for row in rows {
-                let row = row?;
-                if row.time_ns < req.start_ns || row.time_ns >= req.end_ns {
-                    continue;
-                }
-                builder.push(pid, &row.series, row.time_ns, &row.value)?;
-                emitted += 1;
-                if builder.rows() >= SCAN_BATCH_ROWS && !emit(builder.finish()?) {
-                    return Ok(());
-                }
-                if emitted >= limit {
-                    break;
                 }
             }
         }
-        if builder.rows() > 0 && !stopped {
-            emit(builder.finish()?);
-        }
-        Ok(())
+        Ok(out.finish()?)
     }
 
     /// Rows of a partition in RocksDB: all its rows while it is open, its
@@ -840,6 +825,7 @@ mod tests {
             projection: columns(),
             table_columns: columns(),
             limit: 0,
+            ..Default::default()
         }
     }
 
@@ -1029,6 +1015,130 @@ mod tests {
         ]
     }
 
+    /// Requests of every kind the node answers (aggregates, last points,
+    /// newest rows, filtered rows), for the differential check below.
+    fn answer_requests() -> Vec<ScanRequest> {
+        use sealion_common::proto::{
+            AggregateCall, AggregateFunction, AggregateSpec, CompareOp, FieldCompare,
+            FieldPredicate, Literal, ScanOrder, TagOp, TagPredicate, field_predicate, literal,
+        };
+        let call = |f: AggregateFunction, c: &str| AggregateCall {
+            function: f as i32,
+            column: c.into(),
+        };
+        let aggregate = ScanRequest {
+            aggregate: Some(AggregateSpec {
+                bucket_width_ns: 4,
+                bucket_origin_ns: 1,
+                group_tags: vec!["host".into()],
+                calls: vec![
+                    call(AggregateFunction::AggCount, ""),
+                    call(AggregateFunction::AggMin, "v"),
+                    call(AggregateFunction::AggMax, "v"),
+                    call(AggregateFunction::AggLast, "v"),
+                    call(AggregateFunction::AggFirst, "v"),
+                ],
+            }),
+            ..req(vec![2])
+        };
+        let last = ScanRequest {
+            last_per_series: true,
+            start_ns: -2,
+            end_ns: 15,
+            ..req(vec![2])
+        };
+        let newest = ScanRequest {
+            order: ScanOrder::OrderTimeDesc as i32,
+            limit: 3,
+            ..req(vec![2])
+        };
+        let filtered = ScanRequest {
+            tag_predicates: vec![TagPredicate {
+                column: "host".into(),
+                op: TagOp::TagIn as i32,
+                values: vec!["h1".into(), "h2".into()],
+            }],
+            field_predicate: Some(FieldPredicate {
+                expr: Some(field_predicate::Expr::Compare(FieldCompare {
+                    column: "v".into(),
+                    op: CompareOp::CmpGt as i32,
+                    value: Some(Literal {
+                        value: Some(literal::Value::F64(0.0)),
+                    }),
+                })),
+            }),
+            ..req(vec![2])
+        };
+        vec![aggregate, last, newest, filtered]
+    }
+
+    /// A scan's answer as text rows (binary states as bytes), in answer order
+    /// except for aggregates, whose groups are sorted.
+    fn answer_text(batches: &[RecordBatch], aggregate: bool) -> Vec<String> {
+        use arrow::util::display::{ArrayFormatter, FormatOptions};
+        let mut rows = Vec::new();
+        for b in batches {
+            let fmts: Vec<ArrayFormatter> = b
+                .columns()
+                .iter()
+                .map(|c| ArrayFormatter::try_new(c.as_ref(), &FormatOptions::default()).unwrap())
+                .collect();
+            for i in 0..b.num_rows() {
+                rows.push(
+                    fmts.iter()
+                        .map(|f| f.value(i).to_string())
+                        .collect::<Vec<_>>()
+                        .join("|"),
+                );
+            }
+        }
+        if aggregate {
+            rows.sort();
+        }
+        rows
+    }
+
+    fn engine_answer(e: &Engine, r: &ScanRequest) -> Vec<String> {
+        let mut batches = Vec::new();
+        e.scan(r, |b| {
+            batches.push(b);
+            true
+        })
+        .unwrap();
+        answer_text(&batches, r.aggregate.is_some())
+    }
+
+    /// The row path over the model's rows: what the node must answer.
+    fn model_answer(model: &Model, r: &ScanRequest) -> Vec<String> {
+        let rows: Vec<(&str, i64, f64)> = model
+            .iter()
+            .map(|((h, t), v)| (h.as_str(), *t, *v))
+            .collect();
+        let mut sorted = Vec::new();
+        if !rows.is_empty() {
+            let mut kv = encode_batch(2, &columns(), &batch(&rows)).unwrap();
+            kv.sort();
+            for (k, v) in kv {
+                let (_, series, time_ns) = decode_key(&k).unwrap();
+                sorted.push(SortedRow {
+                    series: series.to_vec(),
+                    time_ns,
+                    value: v,
+                });
+            }
+        }
+        let q = Query::compile(r).unwrap();
+        let mut batches = Vec::new();
+        let mut emit = |b: RecordBatch| {
+            batches.push(b);
+            true
+        };
+        let mut out = Output::new(&q, &mut emit);
+        scan_rows(&mut out, 2, sorted.into_iter().map(Ok)).unwrap();
+        out.finish().unwrap();
+        answer_text(&batches, r.aggregate.is_some())
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
         #[test]
@@ -1064,6 +1174,9 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(all_rows(&e, vec![2]), model_rows(&model));
                 proptest::prop_assert_eq!(e.stats(2).unwrap().rows as usize, model.len());
+                for r in answer_requests() {
+                    proptest::prop_assert_eq!(engine_answer(&e, &r), model_answer(&model, &r), "request {:?}", r);
+                }
             }
         }
     }

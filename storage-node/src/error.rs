@@ -20,6 +20,25 @@ pub enum Error {
     Internal(String),
 }
 
+impl From<sealion_format::Error> for Error {
+    fn from(e: sealion_format::Error) -> Self {
+        use sealion_format::Error as F;
+        match e {
+            F::Arrow(e) => Error::Arrow(e),
+            F::Corrupt {
+                partition_id,
+                reason,
+            } => Error::Corrupt {
+                partition_id,
+                reason,
+            },
+            F::Invalid(m) => Error::Invalid(m),
+            F::Io(e) => Error::Io(e),
+            F::Internal(m) => Error::Internal(m),
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl From<Error> for tonic::Status {

@@ -8,13 +8,14 @@
 //! Sealion's own `ScanRequest` (proto), so the storage layer stays small and
 //! its fast paths are testable against plain models.
 
-pub mod columnar;
 pub mod engine;
 pub mod error;
 pub mod node;
-pub mod rows;
-pub mod sealed;
 pub mod service;
+
+// The data formats live in their own crate (no RocksDB there, so they can be
+// fuzzed and benchmarked alone); the engine reaches them by these paths.
+pub use sealion_format::{columnar, rows, sealed};
 
 pub use error::{Error, Result};
 pub use node::{StorageConfig, StorageServer};

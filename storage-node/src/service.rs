@@ -21,13 +21,14 @@ use sealion_common::meta_client::MetaClient;
 use sealion_common::proto::storage_server::Storage;
 use sealion_common::proto::{
     DeleteReply, DeleteRequest, DropPartitionsReply, DropPartitionsRequest, PartitionStats,
-    PartitionStatsReply, PartitionStatsRequest, ScanRequest, SealReply, SealRequest, SealResult,
-    WriteReply, WriteRequest,
+    PartitionStatsReply, PartitionStatsRequest, ScanMetrics, ScanRequest, SealReply, SealRequest,
+    SealResult, WriteReply, WriteRequest,
 };
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::engine::Engine;
 use crate::{Error, Result};
+use sealion_format::scan::{Mode, Query, aggregate_schema};
 
 /// Largest write request a node accepts, in bytes of Arrow IPC.
 pub const MAX_WRITE_BYTES: usize = 64 << 20;
@@ -406,26 +407,47 @@ impl FlightService for FlightScanService {
                 "scan ticket names no table columns",
             ));
         }
-        let schema = arrow_schema(&scan.projection);
+        let query = Query::compile(&scan).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let schema = match &query.mode {
+            Mode::Aggregate(plan) => aggregate_schema(plan),
+            _ => arrow_schema(&scan.projection),
+        };
         let (tx, rx) =
             tokio::sync::mpsc::channel::<Result<RecordBatch, FlightError>>(SCAN_CHANNEL_BATCHES);
+        let (metrics_tx, metrics_rx) = tokio::sync::oneshot::channel::<ScanMetrics>();
         let engine = self.ctx.engine.clone();
         tokio::task::spawn_blocking(move || {
-            let mut rows = 0u64;
+            let mut bytes = 0u64;
             let result = engine.scan(&scan, |batch| {
-                rows += batch.num_rows() as u64;
+                bytes += batch.get_array_memory_size() as u64;
                 tx.blocking_send(Ok(batch)).is_ok()
             });
-            metrics::counter!("sealion_storage_rows_scanned_total").increment(rows);
-            if let Err(e) = result {
-                let _ = tx.blocking_send(Err(FlightError::Tonic(Box::new(e.into()))));
+            match result {
+                Ok(mut m) => {
+                    m.bytes_returned = bytes;
+                    metrics::counter!("sealion_storage_rows_scanned_total")
+                        .increment(m.rows_scanned);
+                    metrics::counter!("sealion_storage_rows_returned_total")
+                        .increment(m.rows_returned);
+                    metrics::counter!("sealion_storage_pages_decoded_total")
+                        .increment(m.pages_decoded);
+                    let _ = metrics_tx.send(m);
+                }
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(FlightError::Tonic(Box::new(e.into()))));
+                }
             }
         });
         let batches = tokio_stream::wrappers::ReceiverStream::new(rx);
+        // After the last batch, one message with no data whose app_metadata
+        // is the scan's ScanMetrics (absent when the scan failed).
+        let trailer = futures::stream::once(metrics_rx)
+            .filter_map(|m| async move { m.ok().map(|m| Ok(metrics_message(&m))) });
         let stream = FlightDataEncoderBuilder::new()
             .with_schema(schema)
             .build(batches)
             .map_err(Status::from)
+            .chain(trailer)
             .boxed();
         Ok(Response::new(stream))
     }
@@ -456,5 +478,22 @@ impl FlightService for FlightScanService {
         _request: Request<Empty>,
     ) -> Result<Response<Self::ListActionsStream>, Status> {
         unimplemented("ListActions")
+    }
+}
+
+/// A Flight message that carries no data, only `m` as its app_metadata: an
+/// IPC message of header type NONE, which Flight decoders pass on as such.
+pub fn metrics_message(m: &ScanMetrics) -> FlightData {
+    let mut fbb = flatbuffers::FlatBufferBuilder::new();
+    let mut message = arrow::ipc::MessageBuilder::new(&mut fbb);
+    message.add_version(arrow::ipc::MetadataVersion::V5);
+    message.add_header_type(arrow::ipc::MessageHeader::NONE);
+    message.add_bodyLength(0);
+    let root = message.finish();
+    fbb.finish(root, None);
+    FlightData {
+        data_header: fbb.finished_data().to_vec().into(),
+        app_metadata: m.encode_to_vec().into(),
+        ..Default::default()
     }
 }

@@ -20,7 +20,6 @@ use super::format::{
 use super::value::{self, ChunkRole, ChunkSpec, FieldRef};
 use super::{MAX_ROWS_PER_GROUP, SealedSummary, SortedRow};
 use crate::columnar::{self, ColumnType, ColumnValues, MAX_PAGE_VALUES, Page, StatValue};
-use crate::engine::SCAN_BATCH_ROWS;
 use crate::rows::ColumnBuilder as Builder;
 use crate::{Error, Result};
 
@@ -85,6 +84,19 @@ pub struct SealedFile {
     filters: TagFilters,
     filter_bytes: Vec<u8>,
 }
+
+thread_local! {
+    /// Pages this thread has decoded, for scan counters: a scan runs on one
+    /// thread and reads the difference.
+    static PAGES_DECODED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Pages decoded by this thread so far.
+pub(crate) fn pages_decoded() -> u64 {
+    PAGES_DECODED.with(std::cell::Cell::get)
+}
+
+mod paths;
 
 /// Selected rows of a row group as sorted disjoint ranges, and the time
 /// pages decoded to find them.
@@ -163,7 +175,7 @@ impl SealedFile {
         }
         let mut dir_bytes = vec![0u8; footer.directory_len as usize];
         file.read_exact_at(&mut dir_bytes, footer.directory_offset)?;
-        if crc32c::crc32c(&dir_bytes) != footer.directory_crc {
+        if !crate::checksum_ok(footer.directory_crc, crc32c::crc32c(&dir_bytes)) {
             return Err(fail(pid, "directory checksum mismatch".into()));
         }
         let dir = Directory::decode(dir_bytes.as_slice())
@@ -433,6 +445,7 @@ impl SealedFile {
                 let a = (info.offset - start) as usize;
                 let bytes = &buf[a..a + info.length as usize];
                 let page = columnar::decode_page(bytes).map_err(|e| self.page_error(g, c, i, e))?;
+                PAGES_DECODED.with(|n| n.set(n.get() + 1));
                 if page.len() != info.rows as usize {
                     return Err(self.page_error(
                         g,
@@ -564,110 +577,27 @@ impl SealedFile {
         Ok(Source::Chunk(i))
     }
 
-    /// Same contract as `Engine::scan` for this one partition: rows with
-    /// `start_ns <= time < end_ns`, the projected columns (empty projection =
-    /// zero-column batches carrying row counts; a column the file lacks is
-    /// all null), batches of at most 8,192 rows in file order, stopping when
-    /// `emit` returns false or after `req.limit` rows (0 = no limit).
-    /// `req.partition_ids` is not consulted. Row groups outside the range are
-    /// skipped by the directory, time pages by their statistics, and only
-    /// projected columns' pages holding selected rows are decoded.
+    /// Rows with `start_ns <= time < end_ns` in file order, the projected
+    /// columns (empty projection = zero-column batches carrying row counts;
+    /// a column the file lacks is all null), batches of at most 8,192 rows,
+    /// stopping when `emit` returns false or after `req.limit` rows (0 = no
+    /// limit); predicates and other answers as `crate::scan` describes.
+    /// `req.partition_ids` is not consulted; when `req.table_columns` is
+    /// empty, the file's columns and the projection stand for the table.
     pub fn scan(&self, req: &ScanRequest, emit: &mut dyn FnMut(RecordBatch) -> bool) -> Result<()> {
-        let limit = if req.limit == 0 { u64::MAX } else { req.limit };
-        let (start, end) = (req.start_ns, req.end_ns);
-        if start >= end {
-            return Ok(());
-        }
-        let sources: Vec<Source> = req
-            .projection
-            .iter()
-            .map(|c| self.source_of(c))
-            .collect::<Result<_>>()?;
-        let mut out = OutBatch::new(&req.projection);
-        let mut emitted = 0u64;
-        for g in 0..self.groups.len() {
-            let group = &self.groups[g];
-            if group.max_time_ns < start || group.min_time_ns >= end {
-                continue;
-            }
-            let (ranges, time_pages) = self.select(g, start, end)?;
-            if ranges.is_empty() {
-                continue;
-            }
-            // Decode, per projected chunk, the pages that hold selected rows.
-            let mut time_pages = Some(time_pages);
-            let mut decoded: Vec<Option<Vec<Option<Page>>>> =
-                (0..self.specs.len()).map(|_| None).collect();
-            for s in &sources {
-                let Source::Chunk(c) = *s else { continue };
-                if decoded[c].is_some() {
-                    continue;
-                }
-                let pages = &group.chunks[c];
-                let wanted: Vec<bool> = pages
-                    .iter()
-                    .map(|p| {
-                        let (a, b) = (p.first_row as usize, (p.first_row + p.rows) as usize);
-                        ranges.iter().any(|&(x, y)| x < b && a < y)
-                    })
-                    .collect();
-                let mut have: Vec<Option<Page>> = if c == self.time_chunk {
-                    time_pages.take().unwrap_or_default()
-                } else {
-                    Vec::new()
-                };
-                have.resize_with(pages.len(), || None);
-                let missing: Vec<bool> = wanted
-                    .iter()
-                    .zip(&have)
-                    .map(|(w, h)| *w && h.is_none())
-                    .collect();
-                if missing.iter().any(|&m| m) {
-                    for (slot, page) in have.iter_mut().zip(self.decode_pages(g, c, &missing)?) {
-                        if page.is_some() {
-                            *slot = page;
-                        }
-                    }
-                }
-                decoded[c] = Some(have);
-            }
-            for &(a, b) in &ranges {
-                let mut a = a;
-                while a < b {
-                    let room = (SCAN_BATCH_ROWS - out.rows).min(b - a) as u64;
-                    let take = room.min(limit - emitted) as usize;
-                    for (k, s) in sources.iter().enumerate() {
-                        match *s {
-                            Source::Missing => out.builders[k].append_nulls(take),
-                            Source::Chunk(c) => {
-                                let pages = decoded[c].as_deref().unwrap_or_default();
-                                append_rows(
-                                    &mut out.builders[k],
-                                    &group.chunks[c],
-                                    pages,
-                                    a,
-                                    a + take,
-                                )
-                                .map_err(|e| Error::Internal(format!("sealed scan: {e}")))?;
-                            }
-                        }
-                    }
-                    out.rows += take;
-                    emitted += take as u64;
-                    a += take;
-                    let done = emitted >= limit;
-                    if out.rows == SCAN_BATCH_ROWS || done {
-                        let more = emit(out.finish()?);
-                        if done || !more {
-                            return Ok(());
-                        }
-                    }
+        let mut req = req.clone();
+        if req.table_columns.is_empty() {
+            req.table_columns = self.columns.clone();
+            for c in &req.projection {
+                if !req.table_columns.iter().any(|t| t.name == c.name) {
+                    req.table_columns.push(c.clone());
                 }
             }
         }
-        if out.rows > 0 {
-            emit(out.finish()?);
-        }
+        let query = crate::scan::Query::compile(&req)?;
+        let mut out = crate::scan::Output::new(&query, emit);
+        self.run(&mut out)?;
+        out.finish()?;
         Ok(())
     }
 
@@ -675,8 +605,18 @@ impl SealedFile {
     /// key is the stored one, byte for byte; the value has the row's non-null
     /// fields in column order, in the open partition's value format.
     pub fn rows(&self) -> impl Iterator<Item = Result<SortedRow>> + '_ {
+        self.rows_of_groups((0..self.groups.len()).collect())
+    }
+
+    /// The rows of the given row groups, in the order given (each group's
+    /// rows in file order), decoding every field column of each.
+    pub(crate) fn rows_of_groups(
+        &self,
+        groups: Vec<usize>,
+    ) -> impl Iterator<Item = Result<SortedRow>> + '_ {
         RowsIter {
             file: self,
+            groups,
             next_group: 0,
             data: None,
             pos: 0,
@@ -849,6 +789,7 @@ struct GroupRows {
 
 struct RowsIter<'a> {
     file: &'a SealedFile,
+    groups: Vec<usize>,
     next_group: usize,
     data: Option<GroupRows>,
     pos: usize,
@@ -888,13 +829,17 @@ impl Iterator for RowsIter<'_> {
             match &self.data {
                 Some(d) if self.pos < d.times.len() => break,
                 _ => {
-                    if self.next_group >= self.file.groups.len() {
+                    let Some(&g) = self.groups.get(self.next_group) else {
                         return None;
-                    }
-                    let g = self.next_group;
+                    };
                     self.next_group += 1;
                     match self.load(g) {
                         Ok(d) => {
+                            let first = d.first_row;
+                            self.series = self
+                                .file
+                                .series
+                                .partition_point(|s| s.first_row + s.rows <= first);
                             self.data = Some(d);
                             self.pos = 0;
                         }

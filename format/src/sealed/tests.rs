@@ -251,6 +251,7 @@ fn request(start_ns: i64, end_ns: i64, projection: Vec<Column>, limit: u64) -> S
         projection,
         table_columns: vec![],
         limit,
+        ..Default::default()
     }
 }
 

@@ -155,7 +155,7 @@ impl TagFilters {
             .ok_or("tag filters shorter than their checksum")?;
         let (body, crc) = bytes.split_at(split);
         let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-        if stored != crc32c::crc32c(body) {
+        if !crate::checksum_ok(stored, crc32c::crc32c(body)) {
             return Err("tag filter checksum mismatch".into());
         }
         let mut r = Cursor { buf: body };

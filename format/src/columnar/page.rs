@@ -309,7 +309,7 @@ pub fn page_header(bytes: &[u8]) -> Result<PageHeader> {
     let crc_end = r.position();
     let stored_crc = r.u32()?;
     let computed = crc32c::crc32c(bytes.get(..crc_end).unwrap_or_default());
-    if stored_crc != computed {
+    if !crate::checksum_ok(stored_crc, computed) {
         return Err(ColumnarError::Checksum {
             stored: stored_crc,
             computed,
@@ -371,7 +371,7 @@ pub fn decode_page(bytes: &[u8]) -> Result<Page> {
     let stored =
         u32::from_le_bytes(<[u8; 4]>::try_from(crc).map_err(|_| corrupt("short checksum"))?);
     let computed = crc32c::crc32c(data);
-    if stored != computed {
+    if !crate::checksum_ok(stored, computed) {
         return Err(ColumnarError::Checksum { stored, computed });
     }
     let header = page_header(data)?;

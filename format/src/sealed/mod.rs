@@ -75,7 +75,7 @@ mod filter;
 pub mod format;
 mod reader;
 mod value;
-mod writer;
+pub(crate) mod writer;
 
 #[cfg(test)]
 mod tests;

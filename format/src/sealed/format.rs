@@ -58,7 +58,7 @@ pub fn decode_header(h: &[u8; HEADER_LEN]) -> Result<Header, String> {
         return Err(format!("bad header magic {:?}", &h[0..4]));
     }
     let crc = le_u32(&h[20..24]);
-    if crc != crc32c::crc32c(&h[0..20]) {
+    if !crate::checksum_ok(crc, crc32c::crc32c(&h[0..20])) {
         return Err("header checksum mismatch".into());
     }
     Ok(Header {
@@ -96,7 +96,7 @@ pub fn decode_footer(b: &[u8; FOOTER_LEN]) -> Result<Footer, String> {
             &b[36..40]
         ));
     }
-    if le_u32(&b[32..36]) != crc32c::crc32c(&b[0..32]) {
+    if !crate::checksum_ok(le_u32(&b[32..36]), crc32c::crc32c(&b[0..32])) {
         return Err("footer checksum mismatch".into());
     }
     Ok(Footer {

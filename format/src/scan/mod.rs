@@ -1,0 +1,872 @@
+//! What a storage node computes for one scan request, over any mix of open
+//! partitions, sealed files, late rows and deletes.
+//!
+//! A request ([`ScanRequest`], proto) is compiled once into a [`Query`]:
+//! time range, tag predicates, a field predicate, and one of four answers
+//! ([`Mode`]): rows in series order (with an optional limit), the first
+//! `limit` rows in time order, the newest row of each series, or partial
+//! aggregate states per group. An [`Output`] collects the answer across the
+//! partitions of the request and hands Arrow batches to the caller.
+//!
+//! There are two ways rows reach an `Output`:
+//!
+//! - the row path, [`scan_rows`]: rows one at a time in key order, as an open
+//!   partition (or a sealed one merged with late rows and deletes) yields
+//!   them. It decodes everything it is given and is the plain model every
+//!   other path is tested against;
+//! - the column paths over a sealed file (`crate::sealed::paths`), which use
+//!   the directory to skip row groups and pages, decode filter columns first,
+//!   fold page statistics into aggregates and answer last points without
+//!   decoding a page.
+//!
+//! Both must give the same answer for the same rows; the differential tests
+//! in `tests.rs` hold them to it.
+
+pub mod predicate;
+#[cfg(test)]
+mod tests;
+
+use std::cell::Cell;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BinaryBuilder, StringBuilder, TimestampNanosecondBuilder};
+use arrow::datatypes::{DataType as ArrowType, Field, Schema, TimeUnit};
+use arrow::record_batch::RecordBatch;
+use sealion_common::catalog::TIME_ZONE;
+use sealion_common::proto::{
+    AggregateFunction, Column, ColumnKind, DataType, ScanMetrics, ScanOrder, ScanRequest,
+};
+use sealion_partial::{AggregateKind, State, Value as PValue, ValueType};
+
+use self::predicate::{FieldFilter, TagPred, compile_tags};
+use crate::rows::{BatchBuilder, Value, decode_fields, decode_series};
+use crate::sealed::SortedRow;
+use crate::{Error, Result, SCAN_BATCH_ROWS};
+
+/// Most groups one aggregate scan may hold (a bound on the node's memory).
+pub const MAX_GROUPS: usize = 1_000_000;
+/// Largest limit of a time-ordered scan (the node keeps that many rows).
+pub const MAX_ORDERED_LIMIT: u64 = 1_000_000;
+/// Most aggregate calls and group tags in one request.
+pub const MAX_CALLS: usize = 256;
+
+/// Name of the bucket column of an aggregate answer.
+pub const BUCKET_COLUMN: &str = "__bucket";
+
+/// The name of the state column of call `i` of an aggregate answer.
+pub fn state_column(i: usize) -> String {
+    format!("__state_{i}")
+}
+
+/// The answer a query asks for.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// Rows in (series, time) order, at most `limit`.
+    Rows,
+    /// The first `limit` rows by time (newest first when `desc`), ties broken
+    /// by series key.
+    Ordered { desc: bool },
+    /// The newest matching row of each series.
+    Last,
+    /// Partial states per group.
+    Aggregate(AggPlan),
+}
+
+/// Where an aggregate call's input comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallSource {
+    /// `count(*)`: one value per row.
+    Star,
+    /// The time column (as nanoseconds).
+    Time,
+    /// A tag (as text; NULL where the series lacks it).
+    Tag(String),
+    /// A field column.
+    Field(Column),
+}
+
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub kind: AggregateKind,
+    pub source: CallSource,
+    pub input: ValueType,
+}
+
+#[derive(Debug, Clone)]
+pub struct AggPlan {
+    /// 0 when rows are not grouped by time.
+    pub width_ns: i64,
+    pub origin_ns: i64,
+    pub group_tags: Vec<String>,
+    pub calls: Vec<Call>,
+}
+
+impl AggPlan {
+    /// The start of the bucket holding `time_ns` (0 when not bucketed):
+    /// `origin + floor((time - origin) / width) * width`, as `date_bin`.
+    pub fn bucket(&self, time_ns: i64) -> Result<i64> {
+        if self.width_ns <= 0 {
+            return Ok(0);
+        }
+        let (t, o, w) = (
+            i128::from(time_ns),
+            i128::from(self.origin_ns),
+            i128::from(self.width_ns),
+        );
+        let b = o + (t - o).div_euclid(w) * w;
+        i64::try_from(b).map_err(|_| {
+            Error::Invalid(format!(
+                "the time bucket of {time_ns} (width {}, origin {}) is out of range",
+                self.width_ns, self.origin_ns
+            ))
+        })
+    }
+}
+
+/// A compiled scan request.
+#[derive(Debug, Clone)]
+pub struct Query {
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub tags: Vec<TagPred>,
+    pub filter: Option<FieldFilter>,
+    pub projection: Vec<Column>,
+    /// `u64::MAX` when there is none.
+    pub limit: u64,
+    pub mode: Mode,
+    pub table: Vec<Column>,
+}
+
+fn kind_of(f: AggregateFunction) -> Option<AggregateKind> {
+    Some(match f {
+        AggregateFunction::AggCount => AggregateKind::Count,
+        AggregateFunction::AggSum => AggregateKind::Sum,
+        AggregateFunction::AggMin => AggregateKind::Min,
+        AggregateFunction::AggMax => AggregateKind::Max,
+        AggregateFunction::AggAvg => AggregateKind::Avg,
+        AggregateFunction::AggFirst => AggregateKind::First,
+        AggregateFunction::AggLast => AggregateKind::Last,
+        AggregateFunction::AggVariance => AggregateKind::Variance,
+        AggregateFunction::AggPercentile => AggregateKind::Percentile,
+        AggregateFunction::AggApproxDistinct => AggregateKind::ApproxDistinct,
+        AggregateFunction::AggExactDistinct => AggregateKind::ExactDistinct,
+        AggregateFunction::Unspecified => return None,
+    })
+}
+
+fn value_type(t: DataType) -> ValueType {
+    match t {
+        DataType::Float64 => ValueType::F64,
+        DataType::Int64 | DataType::Timestamp => ValueType::I64,
+        DataType::Uint64 => ValueType::U64,
+        DataType::Bool => ValueType::Bool,
+        DataType::String | DataType::Unspecified => ValueType::Str,
+    }
+}
+
+impl Query {
+    /// Checks `req` against its table columns and compiles it. Every error is
+    /// [`Error::Invalid`] with a message naming what is wrong.
+    pub fn compile(req: &ScanRequest) -> Result<Query> {
+        let table = req.table_columns.clone();
+        let find = |name: &str| table.iter().find(|c| c.name == name);
+        for c in &req.projection {
+            if find(&c.name).is_none() {
+                return Err(Error::Invalid(format!(
+                    "projection names unknown column {:?}",
+                    c.name
+                )));
+            }
+        }
+        let tags = compile_tags(&req.tag_predicates, &table)?;
+        let filter = match &req.field_predicate {
+            Some(p) => Some(FieldFilter::compile(p, &table)?),
+            None => None,
+        };
+        let limit = if req.limit == 0 { u64::MAX } else { req.limit };
+        let ordered = req.order();
+        let mode = match (&req.aggregate, req.last_per_series, ordered) {
+            (Some(_), true, _) => {
+                return Err(Error::Invalid(
+                    "a scan cannot both aggregate and ask for last points".into(),
+                ));
+            }
+            (Some(spec), false, ScanOrder::OrderSeries) => {
+                if req.limit != 0 {
+                    return Err(Error::Invalid("an aggregate scan takes no limit".into()));
+                }
+                if spec.calls.len() > MAX_CALLS || spec.group_tags.len() > MAX_CALLS {
+                    return Err(Error::Invalid(format!(
+                        "an aggregate scan takes at most {MAX_CALLS} calls and {MAX_CALLS} group tags"
+                    )));
+                }
+                if spec.bucket_width_ns < 0 {
+                    return Err(Error::Invalid(
+                        "a time bucket width must be positive".into(),
+                    ));
+                }
+                for t in &spec.group_tags {
+                    match find(t) {
+                        Some(c) if c.kind() == ColumnKind::Tag => {}
+                        Some(_) => {
+                            return Err(Error::Invalid(format!("group by {t:?}: not a tag")));
+                        }
+                        None => {
+                            return Err(Error::Invalid(format!("group by unknown column {t:?}")));
+                        }
+                    }
+                }
+                let mut calls = Vec::with_capacity(spec.calls.len());
+                for c in &spec.calls {
+                    let kind = kind_of(c.function()).ok_or_else(|| {
+                        Error::Invalid("aggregate call without a function".into())
+                    })?;
+                    let (source, input) = if c.column.is_empty() {
+                        if kind != AggregateKind::Count {
+                            return Err(Error::Invalid(format!("{kind} needs a column")));
+                        }
+                        (CallSource::Star, ValueType::Bool)
+                    } else {
+                        let col = find(&c.column).ok_or_else(|| {
+                            Error::Invalid(format!("aggregate over unknown column {:?}", c.column))
+                        })?;
+                        match col.kind() {
+                            ColumnKind::Time => (CallSource::Time, ValueType::I64),
+                            ColumnKind::Tag => (CallSource::Tag(col.name.clone()), ValueType::Str),
+                            ColumnKind::Field | ColumnKind::Unspecified => {
+                                (CallSource::Field(col.clone()), value_type(col.data_type()))
+                            }
+                        }
+                    };
+                    if !kind.accepts(input) {
+                        return Err(Error::Invalid(format!(
+                            "{kind} does not take column {:?} of type {input}",
+                            c.column
+                        )));
+                    }
+                    calls.push(Call {
+                        kind,
+                        source,
+                        input,
+                    });
+                }
+                Mode::Aggregate(AggPlan {
+                    width_ns: spec.bucket_width_ns,
+                    origin_ns: spec.bucket_origin_ns,
+                    group_tags: spec.group_tags.clone(),
+                    calls,
+                })
+            }
+            (Some(_), false, _) => {
+                return Err(Error::Invalid("an aggregate scan has no row order".into()));
+            }
+            (None, true, ScanOrder::OrderSeries) => {
+                if req.limit != 0 {
+                    return Err(Error::Invalid("a last-point scan takes no limit".into()));
+                }
+                Mode::Last
+            }
+            (None, true, _) => {
+                return Err(Error::Invalid("a last-point scan has no row order".into()));
+            }
+            (None, false, ScanOrder::OrderSeries) => Mode::Rows,
+            (None, false, order) => {
+                if req.limit == 0 || req.limit > MAX_ORDERED_LIMIT {
+                    return Err(Error::Invalid(format!(
+                        "a scan ordered by time needs a limit between 1 and {MAX_ORDERED_LIMIT}"
+                    )));
+                }
+                Mode::Ordered {
+                    desc: order == ScanOrder::OrderTimeDesc,
+                }
+            }
+        };
+        Ok(Query {
+            start_ns: req.start_ns,
+            end_ns: req.end_ns,
+            tags,
+            filter,
+            projection: req.projection.clone(),
+            limit,
+            mode,
+            table,
+        })
+    }
+
+    /// What one series contributes, worked out once per series.
+    pub fn series_ctx(&self, series: &[u8]) -> Option<SeriesCtx> {
+        let tags = decode_series(series)?;
+        let get = |name: &str| tags.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        let passes = self.tags.iter().all(|p| p.matches(get(&p.column)));
+        let (group, call_tags) = match &self.mode {
+            Mode::Aggregate(plan) => (
+                plan.group_tags
+                    .iter()
+                    .map(|t| get(t).map(str::to_string))
+                    .collect(),
+                plan.calls
+                    .iter()
+                    .map(|c| match &c.source {
+                        CallSource::Tag(t) => get(t).map(str::to_string),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            _ => (Vec::new(), Vec::new()),
+        };
+        Some(SeriesCtx {
+            passes,
+            group,
+            call_tags,
+        })
+    }
+
+    /// Whether rows' field values must be decoded for this query beyond the
+    /// projection (filter or aggregate inputs).
+    fn needs_fields(&self) -> bool {
+        self.filter.is_some()
+            || matches!(&self.mode, Mode::Aggregate(p) if p.calls.iter().any(|c| matches!(c.source, CallSource::Field(_))))
+    }
+}
+
+/// What a query needs of one series.
+#[derive(Debug, Clone)]
+pub struct SeriesCtx {
+    /// The series passes the tag predicates.
+    pub passes: bool,
+    /// Values of the group tags.
+    pub group: Vec<Option<String>>,
+    /// Per aggregate call over a tag, the series' value of it.
+    pub call_tags: Vec<Option<String>>,
+}
+
+/// Counters of one scan (the proto's [`ScanMetrics`]).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub partitions_scanned: Cell<u64>,
+    pub sealed_partitions_fast: Cell<u64>,
+    pub sealed_partitions_merged: Cell<u64>,
+    pub row_groups_total: Cell<u64>,
+    pub row_groups_skipped: Cell<u64>,
+    pub pages_decoded: Cell<u64>,
+    pub pages_skipped: Cell<u64>,
+    pub pages_from_stats: Cell<u64>,
+    pub last_points_from_directory: Cell<u64>,
+    pub rows_scanned: Cell<u64>,
+    pub rows_matched: Cell<u64>,
+    pub rows_returned: Cell<u64>,
+}
+
+impl Metrics {
+    pub fn add(c: &Cell<u64>, n: u64) {
+        c.set(c.get().saturating_add(n));
+    }
+
+    pub fn to_proto(&self) -> ScanMetrics {
+        ScanMetrics {
+            partitions_scanned: self.partitions_scanned.get(),
+            sealed_partitions_fast: self.sealed_partitions_fast.get(),
+            sealed_partitions_merged: self.sealed_partitions_merged.get(),
+            row_groups_total: self.row_groups_total.get(),
+            row_groups_skipped: self.row_groups_skipped.get(),
+            pages_decoded: self.pages_decoded.get(),
+            pages_skipped: self.pages_skipped.get(),
+            pages_from_stats: self.pages_from_stats.get(),
+            last_points_from_directory: self.last_points_from_directory.get(),
+            rows_scanned: self.rows_scanned.get(),
+            rows_matched: self.rows_matched.get(),
+            rows_returned: self.rows_returned.get(),
+            bytes_returned: 0,
+        }
+    }
+}
+
+/// A row kept by a time-ordered scan or a last-point scan.
+#[derive(Debug, Clone)]
+struct Kept {
+    time_ns: i64,
+    series: Vec<u8>,
+    partition_id: u64,
+    value: Vec<u8>,
+}
+
+/// A kept row with its rank: smaller ranks come first in the answer.
+#[derive(Debug)]
+struct Ranked {
+    desc: bool,
+    row: Kept,
+}
+
+impl Ranked {
+    fn key_cmp(&self, other: &Ranked) -> Ordering {
+        let by_time = self.row.time_ns.cmp(&other.row.time_ns);
+        let by_time = if self.desc {
+            by_time.reverse()
+        } else {
+            by_time
+        };
+        by_time.then_with(|| self.row.series.cmp(&other.row.series))
+    }
+}
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.key_cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Ranked {}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key_cmp(other)
+    }
+}
+
+type GroupKey = (i64, Vec<Option<String>>);
+
+enum Collector {
+    Rows {
+        builder: BatchBuilder,
+    },
+    Ordered {
+        desc: bool,
+        heap: BinaryHeap<Ranked>,
+    },
+    Last {
+        best: HashMap<Vec<u8>, Kept>,
+    },
+    Aggregate {
+        plan: AggPlan,
+        index: HashMap<GroupKey, usize>,
+        keys: Vec<GroupKey>,
+        states: Vec<Vec<State>>,
+    },
+}
+
+/// Collects the answer of one query across partitions and hands batches to
+/// `emit` (which returns false to stop the scan).
+pub struct Output<'a> {
+    pub query: &'a Query,
+    collector: Collector,
+    emit: &'a mut dyn FnMut(RecordBatch) -> bool,
+    /// Rows handed on (rows mode), against the limit.
+    emitted: u64,
+    stopped: bool,
+    pub metrics: Metrics,
+}
+
+impl<'a> Output<'a> {
+    pub fn new(query: &'a Query, emit: &'a mut dyn FnMut(RecordBatch) -> bool) -> Output<'a> {
+        let collector = match &query.mode {
+            Mode::Rows => Collector::Rows {
+                builder: BatchBuilder::new(query.projection.clone()),
+            },
+            Mode::Ordered { desc } => Collector::Ordered {
+                desc: *desc,
+                heap: BinaryHeap::new(),
+            },
+            Mode::Last => Collector::Last {
+                best: HashMap::new(),
+            },
+            Mode::Aggregate(plan) => Collector::Aggregate {
+                plan: plan.clone(),
+                index: HashMap::new(),
+                keys: Vec::new(),
+                states: Vec::new(),
+            },
+        };
+        Output {
+            query,
+            collector,
+            emit,
+            emitted: 0,
+            stopped: false,
+            metrics: Metrics::default(),
+        }
+    }
+
+    /// True once no further row can change the answer: the consumer stopped,
+    /// or a rows-mode limit was reached.
+    pub fn done(&self) -> bool {
+        self.stopped
+            || (matches!(self.collector, Collector::Rows { .. })
+                && self.emitted >= self.query.limit)
+    }
+
+    /// Rows a rows-mode scan may still hand on.
+    pub fn room(&self) -> u64 {
+        self.query.limit.saturating_sub(self.emitted)
+    }
+
+    /// For a time-ordered scan whose heap is full, the time of the last row
+    /// it keeps: a row strictly beyond it (later for ascending, earlier for
+    /// descending) cannot enter the answer.
+    pub fn ordered_cutoff(&self) -> Option<(bool, i64)> {
+        match &self.collector {
+            Collector::Ordered { desc, heap } if heap.len() as u64 >= self.query.limit => {
+                heap.peek().map(|r| (*desc, r.row.time_ns))
+            }
+            _ => None,
+        }
+    }
+
+    fn send(&mut self, batch: RecordBatch) {
+        Metrics::add(&self.metrics.rows_returned, batch.num_rows() as u64);
+        if !(self.emit)(batch) {
+            self.stopped = true;
+        }
+    }
+
+    fn flush_rows(&mut self) -> Result<()> {
+        if let Collector::Rows { builder } = &mut self.collector
+            && builder.rows() > 0
+        {
+            let batch = builder.finish()?;
+            self.send(batch);
+        }
+        Ok(())
+    }
+
+    /// Hands on a batch of projected rows built elsewhere (the sealed file's
+    /// column path), after the rows collected so far. Rows mode only.
+    pub fn emit_rows_batch(&mut self, batch: RecordBatch) -> Result<()> {
+        self.flush_rows()?;
+        self.emitted += batch.num_rows() as u64;
+        self.send(batch);
+        Ok(())
+    }
+
+    /// Takes one row that passed the time range and every predicate.
+    /// `fields` is the row's decoded value when the caller has it.
+    pub fn push_row(
+        &mut self,
+        partition_id: u64,
+        series: &[u8],
+        ctx: &SeriesCtx,
+        time_ns: i64,
+        value: &[u8],
+        fields: Option<&[(&str, Value)]>,
+    ) -> Result<()> {
+        Metrics::add(&self.metrics.rows_matched, 1);
+        match &mut self.collector {
+            Collector::Rows { builder } => {
+                builder.push(partition_id, series, time_ns, value)?;
+                self.emitted += 1;
+                if builder.rows() >= SCAN_BATCH_ROWS || self.emitted >= self.query.limit {
+                    self.flush_rows()?;
+                }
+            }
+            Collector::Ordered { desc, heap } => {
+                let candidate = Ranked {
+                    desc: *desc,
+                    row: Kept {
+                        time_ns,
+                        series: series.to_vec(),
+                        partition_id,
+                        value: value.to_vec(),
+                    },
+                };
+                if (heap.len() as u64) < self.query.limit {
+                    heap.push(candidate);
+                } else if heap.peek().is_some_and(|worst| candidate < *worst) {
+                    heap.pop();
+                    heap.push(candidate);
+                }
+            }
+            Collector::Last { best } => {
+                let newer = best.get(series).is_none_or(|k| time_ns > k.time_ns);
+                if newer {
+                    best.insert(
+                        series.to_vec(),
+                        Kept {
+                            time_ns,
+                            series: series.to_vec(),
+                            partition_id,
+                            value: value.to_vec(),
+                        },
+                    );
+                }
+            }
+            Collector::Aggregate { .. } => {
+                let decoded;
+                let fields = match fields {
+                    Some(f) => f,
+                    None => {
+                        decoded = decode_fields(value).ok_or_else(|| Error::Corrupt {
+                            partition_id,
+                            reason: "bad row value".into(),
+                        })?;
+                        &decoded[..]
+                    }
+                };
+                let g = self.group(time_ns, ctx)?;
+                let Collector::Aggregate { plan, states, .. } = &mut self.collector else {
+                    return Err(Error::Internal("collector changed".into()));
+                };
+                for (i, call) in plan.calls.iter().enumerate() {
+                    let v = match &call.source {
+                        CallSource::Star => Some(PValue::Bool(true)),
+                        CallSource::Time => Some(PValue::I64(time_ns)),
+                        CallSource::Tag(_) => {
+                            ctx.call_tags.get(i).cloned().flatten().map(PValue::Str)
+                        }
+                        CallSource::Field(c) => fields
+                            .iter()
+                            .find(|(n, _)| *n == c.name)
+                            .map(|(_, v)| to_partial(v.clone())),
+                    };
+                    if let Some(v) = v {
+                        update(&mut states[g][i], time_ns, &v)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The index of the group of a row at `time_ns` of a series, created if
+    /// new. Aggregate mode only.
+    pub fn group(&mut self, time_ns: i64, ctx: &SeriesCtx) -> Result<usize> {
+        let Collector::Aggregate {
+            plan,
+            index,
+            keys,
+            states,
+        } = &mut self.collector
+        else {
+            return Err(Error::Internal("group() outside an aggregate scan".into()));
+        };
+        let key = (plan.bucket(time_ns)?, ctx.group.clone());
+        if let Some(&g) = index.get(&key) {
+            return Ok(g);
+        }
+        if keys.len() >= MAX_GROUPS {
+            return Err(Error::Invalid(format!(
+                "the aggregate has more than {MAX_GROUPS} groups on one storage node; narrow the time range or group by fewer tags"
+            )));
+        }
+        let fresh = plan
+            .calls
+            .iter()
+            .map(|c| State::new(c.kind, c.input))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        index.insert(key.clone(), keys.len());
+        keys.push(key);
+        states.push(fresh);
+        Ok(keys.len() - 1)
+    }
+
+    /// The states of group `g` (aggregate mode).
+    pub fn states_mut(&mut self, g: usize) -> Option<&mut Vec<State>> {
+        match &mut self.collector {
+            Collector::Aggregate { states, .. } => states.get_mut(g),
+            _ => None,
+        }
+    }
+
+    /// Hands on what is left and returns the counters.
+    pub fn finish(mut self) -> Result<ScanMetrics> {
+        match std::mem::replace(
+            &mut self.collector,
+            Collector::Last {
+                best: HashMap::new(),
+            },
+        ) {
+            Collector::Rows { builder } => {
+                self.collector = Collector::Rows { builder };
+                if !self.stopped {
+                    self.flush_rows()?;
+                }
+            }
+            Collector::Ordered { heap, .. } => {
+                let rows: Vec<Kept> = heap.into_sorted_vec().into_iter().map(|r| r.row).collect();
+                self.send_kept(rows)?;
+            }
+            Collector::Last { best } => {
+                let mut rows: Vec<Kept> = best.into_values().collect();
+                rows.sort_by(|a, b| a.series.cmp(&b.series));
+                self.send_kept(rows)?;
+            }
+            Collector::Aggregate {
+                plan, keys, states, ..
+            } => {
+                for (k, s) in keys
+                    .chunks(SCAN_BATCH_ROWS)
+                    .zip(states.chunks(SCAN_BATCH_ROWS))
+                {
+                    if self.stopped {
+                        break;
+                    }
+                    let batch = aggregate_batch(&plan, k, s)?;
+                    self.send(batch);
+                }
+            }
+        }
+        Ok(self.metrics.to_proto())
+    }
+
+    fn send_kept(&mut self, rows: Vec<Kept>) -> Result<()> {
+        let mut builder = BatchBuilder::new(self.query.projection.clone());
+        for r in rows {
+            if self.stopped {
+                return Ok(());
+            }
+            builder.push(r.partition_id, &r.series, r.time_ns, &r.value)?;
+            if builder.rows() >= SCAN_BATCH_ROWS {
+                let b = builder.finish()?;
+                self.send(b);
+            }
+        }
+        if builder.rows() > 0 && !self.stopped {
+            let b = builder.finish()?;
+            self.send(b);
+        }
+        Ok(())
+    }
+}
+
+/// The schema of an aggregate answer.
+pub fn aggregate_schema(plan: &AggPlan) -> Arc<Schema> {
+    let mut fields = Vec::new();
+    if plan.width_ns > 0 {
+        fields.push(Field::new(
+            BUCKET_COLUMN,
+            ArrowType::Timestamp(TimeUnit::Nanosecond, Some(TIME_ZONE.into())),
+            false,
+        ));
+    }
+    for t in &plan.group_tags {
+        fields.push(Field::new(t, ArrowType::Utf8, true));
+    }
+    for i in 0..plan.calls.len() {
+        fields.push(Field::new(state_column(i), ArrowType::Binary, false));
+    }
+    Arc::new(Schema::new(fields))
+}
+
+fn aggregate_batch(
+    plan: &AggPlan,
+    keys: &[GroupKey],
+    states: &[Vec<State>],
+) -> Result<RecordBatch> {
+    let mut arrays: Vec<ArrayRef> = Vec::new();
+    if plan.width_ns > 0 {
+        let mut b = TimestampNanosecondBuilder::with_capacity(keys.len());
+        for (bucket, _) in keys {
+            b.append_value(*bucket);
+        }
+        arrays.push(Arc::new(b.finish().with_timezone(TIME_ZONE)));
+    }
+    for t in 0..plan.group_tags.len() {
+        let mut b = StringBuilder::new();
+        for (_, tags) in keys {
+            b.append_option(tags.get(t).cloned().flatten());
+        }
+        arrays.push(Arc::new(b.finish()));
+    }
+    for i in 0..plan.calls.len() {
+        let mut b = BinaryBuilder::new();
+        for s in states {
+            b.append_value(s[i].encode());
+        }
+        arrays.push(Arc::new(b.finish()));
+    }
+    Ok(RecordBatch::try_new(aggregate_schema(plan), arrays)?)
+}
+
+pub fn to_partial(v: Value) -> PValue {
+    match v {
+        Value::F64(x) => PValue::F64(x),
+        Value::I64(x) => PValue::I64(x),
+        Value::U64(x) => PValue::U64(x),
+        Value::Bool(x) => PValue::Bool(x),
+        Value::Str(x) => PValue::Str(x),
+    }
+}
+
+pub fn update(state: &mut State, time_ns: i64, v: &PValue) -> Result<()> {
+    state
+        .update(time_ns, v)
+        .map_err(|e| Error::Invalid(format!("aggregate: {e}")))
+}
+
+/// The values of the filter's columns in a decoded row, in filter order.
+pub fn filter_values(filter: &FieldFilter, fields: &[(&str, Value)]) -> Vec<Option<Value>> {
+    filter
+        .columns
+        .iter()
+        .map(|c| {
+            fields
+                .iter()
+                .find(|(n, _)| *n == c.name)
+                .map(|(_, v)| v.clone())
+        })
+        .collect()
+}
+
+/// The row path: feeds `rows` (one partition's, in key order) through the
+/// time range and predicates into `out`. Decodes every row it is given.
+pub fn scan_rows(
+    out: &mut Output<'_>,
+    partition_id: u64,
+    rows: impl Iterator<Item = Result<SortedRow>>,
+) -> Result<()> {
+    let q = out.query;
+    let needs_fields = q.needs_fields();
+    let mut cached: Option<(Vec<u8>, SeriesCtx)> = None;
+    for row in rows {
+        if out.done() {
+            break;
+        }
+        let row = row?;
+        Metrics::add(&out.metrics.rows_scanned, 1);
+        if row.time_ns < q.start_ns || row.time_ns >= q.end_ns {
+            continue;
+        }
+        if let Some((cut_desc, cut)) = out.ordered_cutoff()
+            && ((cut_desc && row.time_ns < cut) || (!cut_desc && row.time_ns > cut))
+        {
+            continue;
+        }
+        if cached.as_ref().is_none_or(|(k, _)| *k != row.series) {
+            let ctx = q.series_ctx(&row.series).ok_or_else(|| Error::Corrupt {
+                partition_id,
+                reason: "bad series key".into(),
+            })?;
+            cached = Some((row.series.clone(), ctx));
+        }
+        let Some((_, ctx)) = &cached else { continue };
+        if !ctx.passes {
+            continue;
+        }
+        let fields = if needs_fields {
+            Some(decode_fields(&row.value).ok_or_else(|| Error::Corrupt {
+                partition_id,
+                reason: "bad row value".into(),
+            })?)
+        } else {
+            None
+        };
+        if let (Some(filter), Some(f)) = (&q.filter, &fields)
+            && !filter.keeps(&filter_values(filter, f))
+        {
+            continue;
+        }
+        out.push_row(
+            partition_id,
+            &row.series,
+            ctx,
+            row.time_ns,
+            &row.value,
+            fields.as_deref(),
+        )?;
+    }
+    Ok(())
+}

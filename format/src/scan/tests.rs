@@ -1,0 +1,967 @@
+//! Differential tests of the scan paths: for random rows and random requests,
+//! the row path and the sealed file's column paths both give what a plain
+//! model computes over the rows in memory; and the counters show what the
+//! directory lets the column paths skip.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, BinaryArray, Float64Array, Int64Array, StringArray, TimestampNanosecondArray,
+};
+use arrow::record_batch::RecordBatch;
+use arrow::util::display::array_value_to_string;
+use proptest::prelude::*;
+use sealion_common::catalog::arrow_schema;
+use sealion_common::proto::{
+    AggregateCall, AggregateFunction, AggregateSpec, Column, ColumnKind, CompareOp, DataType,
+    FieldCompare, FieldPredicate, FieldPredicateList, Literal, ScanMetrics, ScanOrder, ScanRequest,
+    TagOp, TagPredicate, field_predicate, literal,
+};
+use sealion_partial::{AggregateKind, Finalize, State, Value as PValue};
+
+use super::{Output, Query, scan_rows};
+use crate::rows::{decode_key, encode_batch};
+use crate::sealed::writer::{Layout, write_sealed_with};
+use crate::sealed::{SealedFile, SortedRow};
+
+const PID: u64 = 7;
+
+fn col(name: &str, kind: ColumnKind, ty: DataType) -> Column {
+    Column {
+        name: name.into(),
+        kind: kind as i32,
+        data_type: ty as i32,
+    }
+}
+
+fn table() -> Vec<Column> {
+    vec![
+        col("host", ColumnKind::Tag, DataType::String),
+        col("region", ColumnKind::Tag, DataType::String),
+        col("time", ColumnKind::Time, DataType::Timestamp),
+        col("usage", ColumnKind::Field, DataType::Float64),
+        col("count", ColumnKind::Field, DataType::Int64),
+    ]
+}
+
+/// One generated row.
+#[derive(Debug, Clone)]
+struct Row {
+    host: String,
+    region: Option<String>,
+    time: i64,
+    usage: Option<f64>,
+    count: Option<i64>,
+}
+
+/// The rows as the engine stores them: encoded, in key order, one per
+/// (series, time), the last written winning.
+fn stored(rows: &[Row]) -> Vec<SortedRow> {
+    if rows.is_empty() {
+        return Vec::new();
+    }
+    let batch = RecordBatch::try_new(
+        arrow_schema(&table()),
+        vec![
+            Arc::new(StringArray::from(
+                rows.iter()
+                    .map(|r| Some(r.host.clone()))
+                    .collect::<Vec<_>>(),
+            )) as ArrayRef,
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r.region.clone()).collect::<Vec<_>>(),
+            )),
+            Arc::new(
+                TimestampNanosecondArray::from(rows.iter().map(|r| r.time).collect::<Vec<_>>())
+                    .with_timezone("UTC"),
+            ),
+            Arc::new(Float64Array::from(
+                rows.iter().map(|r| r.usage).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                rows.iter().map(|r| r.count).collect::<Vec<_>>(),
+            )),
+        ],
+    )
+    .unwrap();
+    let mut map = BTreeMap::new();
+    for (k, v) in encode_batch(PID, &table(), &batch).unwrap() {
+        map.insert(k, v);
+    }
+    map.into_iter()
+        .map(|(k, v)| {
+            let (_, series, time_ns) = decode_key(&k).unwrap();
+            SortedRow {
+                series: series.to_vec(),
+                time_ns,
+                value: v,
+            }
+        })
+        .collect()
+}
+
+/// The model's view of a stored row.
+#[derive(Debug, Clone)]
+struct Model {
+    series: Vec<u8>,
+    host: Option<String>,
+    region: Option<String>,
+    time: i64,
+    usage: Option<f64>,
+    count: Option<i64>,
+}
+
+fn model_rows(rows: &[SortedRow]) -> Vec<Model> {
+    rows.iter()
+        .map(|r| {
+            let tags = crate::rows::decode_series(&r.series).unwrap();
+            let fields = crate::rows::decode_fields(&r.value).unwrap();
+            let tag = |n: &str| {
+                tags.iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            };
+            let f = |n: &str| fields.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+            Model {
+                series: r.series.clone(),
+                host: tag("host"),
+                region: tag("region"),
+                time: r.time_ns,
+                usage: match f("usage") {
+                    Some(crate::rows::Value::F64(x)) => Some(x),
+                    _ => None,
+                },
+                count: match f("count") {
+                    Some(crate::rows::Value::I64(x)) => Some(x),
+                    _ => None,
+                },
+            }
+        })
+        .collect()
+}
+
+// ---------- requests ----------
+
+#[derive(Debug, Clone)]
+enum TagP {
+    Eq(&'static str, String),
+    Ne(&'static str, String),
+    In(&'static str, Vec<String>),
+    NotIn(&'static str, Vec<String>),
+    IsNull(&'static str),
+    IsNotNull(&'static str),
+}
+
+#[derive(Debug, Clone)]
+enum FieldP {
+    Usage(CompareOp, f64),
+    Count(CompareOp, i64),
+    All(Box<FieldP>, Box<FieldP>),
+    Any(Box<FieldP>, Box<FieldP>),
+    Not(Box<FieldP>),
+    UsageNull,
+    CountNotNull,
+}
+
+#[derive(Debug, Clone)]
+enum Want {
+    Rows {
+        limit: u64,
+    },
+    Ordered {
+        desc: bool,
+        limit: u64,
+    },
+    Last,
+    Agg {
+        width: i64,
+        origin: i64,
+        by_host: bool,
+        by_region: bool,
+        calls: Vec<(AggregateKind, &'static str)>,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Req {
+    start: i64,
+    end: i64,
+    tags: Vec<TagP>,
+    field: Option<FieldP>,
+    want: Want,
+}
+
+fn host_name() -> impl Strategy<Value = String> {
+    (0..5u8).prop_map(|h| format!("h{h}"))
+}
+
+fn cmp_op() -> impl Strategy<Value = CompareOp> {
+    prop_oneof![
+        Just(CompareOp::CmpEq),
+        Just(CompareOp::CmpNe),
+        Just(CompareOp::CmpLt),
+        Just(CompareOp::CmpLe),
+        Just(CompareOp::CmpGt),
+        Just(CompareOp::CmpGe),
+    ]
+}
+
+fn tag_p() -> impl Strategy<Value = TagP> {
+    prop_oneof![
+        host_name().prop_map(|h| TagP::Eq("host", h)),
+        host_name().prop_map(|h| TagP::Ne("host", h)),
+        prop::collection::vec(host_name(), 0..3).prop_map(|v| TagP::In("host", v)),
+        prop::collection::vec(host_name(), 0..3).prop_map(|v| TagP::NotIn("host", v)),
+        Just(TagP::IsNull("region")),
+        Just(TagP::IsNotNull("region")),
+        Just(TagP::Eq("region", "r0".into())),
+    ]
+}
+
+fn field_p() -> impl Strategy<Value = FieldP> {
+    let leaf = prop_oneof![
+        (cmp_op(), (-2..12i32).prop_map(|x| f64::from(x) / 2.0))
+            .prop_map(|(o, x)| FieldP::Usage(o, x)),
+        (cmp_op(), -3..8i64).prop_map(|(o, x)| FieldP::Count(o, x)),
+        Just(FieldP::UsageNull),
+        Just(FieldP::CountNotNull),
+    ];
+    leaf.prop_recursive(2, 6, 2, |inner| {
+        prop_oneof![
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| FieldP::All(Box::new(a), Box::new(b))),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| FieldP::Any(Box::new(a), Box::new(b))),
+            inner.prop_map(|a| FieldP::Not(Box::new(a))),
+        ]
+    })
+}
+
+fn agg_kind() -> impl Strategy<Value = (AggregateKind, &'static str)> {
+    prop_oneof![
+        Just((AggregateKind::Count, "")),
+        Just((AggregateKind::Count, "usage")),
+        Just((AggregateKind::Sum, "usage")),
+        Just((AggregateKind::Sum, "count")),
+        Just((AggregateKind::Min, "usage")),
+        Just((AggregateKind::Max, "usage")),
+        Just((AggregateKind::Max, "count")),
+        Just((AggregateKind::Avg, "count")),
+        Just((AggregateKind::First, "usage")),
+        Just((AggregateKind::Last, "count")),
+        Just((AggregateKind::Variance, "usage")),
+        Just((AggregateKind::Percentile, "count")),
+        Just((AggregateKind::ApproxDistinct, "count")),
+        Just((AggregateKind::ExactDistinct, "usage")),
+        Just((AggregateKind::Min, "time")),
+        Just((AggregateKind::Max, "host")),
+        Just((AggregateKind::Count, "region")),
+        Just((AggregateKind::ExactDistinct, "host")),
+    ]
+}
+
+fn want() -> impl Strategy<Value = Want> {
+    prop_oneof![
+        prop_oneof![Just(0u64), 1..40u64].prop_map(|limit| Want::Rows { limit }),
+        (any::<bool>(), 1..30u64).prop_map(|(desc, limit)| Want::Ordered { desc, limit }),
+        Just(Want::Last),
+        (
+            prop_oneof![Just(0i64), 1..60i64],
+            -20..20i64,
+            any::<bool>(),
+            any::<bool>(),
+            prop::collection::vec(agg_kind(), 1..4)
+        )
+            .prop_map(|(width, origin, by_host, by_region, calls)| Want::Agg {
+                width,
+                origin,
+                by_host,
+                by_region,
+                calls
+            }),
+    ]
+}
+
+fn req() -> impl Strategy<Value = Req> {
+    (
+        prop_oneof![
+            Just((i64::MIN, i64::MAX)),
+            (-10..300i64, 0..300i64).prop_map(|(a, n)| (a, a + n))
+        ],
+        prop::collection::vec(tag_p(), 0..3),
+        prop::option::of(field_p()),
+        want(),
+    )
+        .prop_map(|((start, end), tags, field, want)| Req {
+            start,
+            end,
+            tags,
+            field,
+            want,
+        })
+}
+
+fn special_f64() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        8 => (-4..20i32).prop_map(|x| f64::from(x) / 2.0),
+        1 => Just(f64::NAN),
+        1 => Just(f64::INFINITY),
+        1 => Just(f64::NEG_INFINITY),
+        1 => Just(-0.0),
+    ]
+}
+
+fn row() -> impl Strategy<Value = Row> {
+    (
+        host_name(),
+        prop::option::of(prop_oneof![Just("r0".to_string()), Just("r1".to_string())]),
+        0..300i64,
+        prop::option::weighted(0.85, special_f64()),
+        prop::option::weighted(0.8, -5..10i64),
+    )
+        .prop_map(|(host, region, time, usage, count)| Row {
+            host,
+            region,
+            time,
+            usage,
+            count,
+        })
+}
+
+fn to_proto_field(p: &FieldP) -> FieldPredicate {
+    let expr = match p {
+        FieldP::Usage(op, x) => field_predicate::Expr::Compare(FieldCompare {
+            column: "usage".into(),
+            op: *op as i32,
+            value: Some(Literal {
+                value: Some(literal::Value::F64(*x)),
+            }),
+        }),
+        FieldP::Count(op, x) => field_predicate::Expr::Compare(FieldCompare {
+            column: "count".into(),
+            op: *op as i32,
+            value: Some(Literal {
+                value: Some(literal::Value::I64(*x)),
+            }),
+        }),
+        FieldP::All(a, b) => field_predicate::Expr::All(FieldPredicateList {
+            terms: vec![to_proto_field(a), to_proto_field(b)],
+        }),
+        FieldP::Any(a, b) => field_predicate::Expr::Any(FieldPredicateList {
+            terms: vec![to_proto_field(a), to_proto_field(b)],
+        }),
+        FieldP::Not(a) => field_predicate::Expr::Not(Box::new(to_proto_field(a))),
+        FieldP::UsageNull => field_predicate::Expr::IsNull("usage".into()),
+        FieldP::CountNotNull => field_predicate::Expr::IsNotNull("count".into()),
+    };
+    FieldPredicate { expr: Some(expr) }
+}
+
+fn agg_function(k: AggregateKind) -> AggregateFunction {
+    match k {
+        AggregateKind::Count => AggregateFunction::AggCount,
+        AggregateKind::Sum => AggregateFunction::AggSum,
+        AggregateKind::Min => AggregateFunction::AggMin,
+        AggregateKind::Max => AggregateFunction::AggMax,
+        AggregateKind::Avg => AggregateFunction::AggAvg,
+        AggregateKind::First => AggregateFunction::AggFirst,
+        AggregateKind::Last => AggregateFunction::AggLast,
+        AggregateKind::Variance => AggregateFunction::AggVariance,
+        AggregateKind::Percentile => AggregateFunction::AggPercentile,
+        AggregateKind::ApproxDistinct => AggregateFunction::AggApproxDistinct,
+        AggregateKind::ExactDistinct => AggregateFunction::AggExactDistinct,
+    }
+}
+
+fn to_proto(r: &Req) -> ScanRequest {
+    let tag_predicates = r
+        .tags
+        .iter()
+        .map(|t| {
+            let (column, op, values) = match t {
+                TagP::Eq(c, v) => (c, TagOp::TagEq, vec![v.clone()]),
+                TagP::Ne(c, v) => (c, TagOp::TagNe, vec![v.clone()]),
+                TagP::In(c, v) => (c, TagOp::TagIn, v.clone()),
+                TagP::NotIn(c, v) => (c, TagOp::TagNotIn, v.clone()),
+                TagP::IsNull(c) => (c, TagOp::TagIsNull, vec![]),
+                TagP::IsNotNull(c) => (c, TagOp::TagIsNotNull, vec![]),
+            };
+            TagPredicate {
+                column: column.to_string(),
+                op: op as i32,
+                values,
+            }
+        })
+        .collect();
+    let mut req = ScanRequest {
+        table_id: 1,
+        partition_ids: vec![PID],
+        start_ns: r.start,
+        end_ns: r.end,
+        projection: table(),
+        table_columns: table(),
+        limit: 0,
+        tag_predicates,
+        field_predicate: r.field.as_ref().map(to_proto_field),
+        order: ScanOrder::OrderSeries as i32,
+        aggregate: None,
+        last_per_series: false,
+    };
+    match &r.want {
+        Want::Rows { limit } => req.limit = *limit,
+        Want::Ordered { desc, limit } => {
+            req.limit = *limit;
+            req.order = if *desc {
+                ScanOrder::OrderTimeDesc
+            } else {
+                ScanOrder::OrderTimeAsc
+            } as i32;
+        }
+        Want::Last => req.last_per_series = true,
+        Want::Agg {
+            width,
+            origin,
+            by_host,
+            by_region,
+            calls,
+        } => {
+            let mut group_tags = Vec::new();
+            if *by_host {
+                group_tags.push("host".into());
+            }
+            if *by_region {
+                group_tags.push("region".into());
+            }
+            req.aggregate = Some(AggregateSpec {
+                bucket_width_ns: *width,
+                bucket_origin_ns: *origin,
+                group_tags,
+                calls: calls
+                    .iter()
+                    .map(|(k, c)| AggregateCall {
+                        function: agg_function(*k) as i32,
+                        column: c.to_string(),
+                    })
+                    .collect(),
+            });
+        }
+    }
+    req
+}
+
+// ---------- the model ----------
+
+fn tag_ok(p: &TagP, m: &Model) -> bool {
+    let get = |c: &str| {
+        if c == "host" {
+            m.host.clone()
+        } else {
+            m.region.clone()
+        }
+    };
+    match p {
+        TagP::Eq(c, v) => get(c).is_some_and(|x| x == *v),
+        TagP::Ne(c, v) => get(c).is_some_and(|x| x != *v),
+        TagP::In(c, v) => get(c).is_some_and(|x| v.contains(&x)),
+        TagP::NotIn(c, v) => get(c).is_some_and(|x| !v.contains(&x)),
+        TagP::IsNull(c) => get(c).is_none(),
+        TagP::IsNotNull(c) => get(c).is_some(),
+    }
+}
+
+fn cmp_holds<T: PartialOrd>(op: CompareOp, ord: std::cmp::Ordering) -> bool {
+    use std::cmp::Ordering::*;
+    match op {
+        CompareOp::CmpEq => ord == Equal,
+        CompareOp::CmpNe => ord != Equal,
+        CompareOp::CmpLt => ord == Less,
+        CompareOp::CmpLe => ord != Greater,
+        CompareOp::CmpGt => ord == Greater,
+        CompareOp::CmpGe => ord != Less,
+        CompareOp::Unspecified => false,
+    }
+}
+
+/// SQL's three-valued logic, written out plainly.
+fn field_ok(p: &FieldP, m: &Model) -> Option<bool> {
+    match p {
+        FieldP::Usage(op, x) => m.usage.map(|u| cmp_holds::<f64>(*op, u.total_cmp(x))),
+        FieldP::Count(op, x) => m.count.map(|c| cmp_holds::<i64>(*op, c.cmp(x))),
+        FieldP::All(a, b) => match (field_ok(a, m), field_ok(b, m)) {
+            (Some(false), _) | (_, Some(false)) => Some(false),
+            (Some(true), Some(true)) => Some(true),
+            _ => None,
+        },
+        FieldP::Any(a, b) => match (field_ok(a, m), field_ok(b, m)) {
+            (Some(true), _) | (_, Some(true)) => Some(true),
+            (Some(false), Some(false)) => Some(false),
+            _ => None,
+        },
+        FieldP::Not(a) => field_ok(a, m).map(|b| !b),
+        FieldP::UsageNull => Some(m.usage.is_none()),
+        FieldP::CountNotNull => Some(m.count.is_some()),
+    }
+}
+
+fn matches(r: &Req, m: &Model) -> bool {
+    m.time >= r.start
+        && m.time < r.end
+        && r.tags.iter().all(|t| tag_ok(t, m))
+        && r.field
+            .as_ref()
+            .is_none_or(|f| field_ok(f, m) == Some(true))
+}
+
+/// A normalized answer: rows as text, or groups with finalized values.
+#[derive(Debug, Clone, PartialEq)]
+enum Answer {
+    Rows(Vec<Vec<String>>),
+    Groups(BTreeMap<Vec<String>, Vec<Fin>>),
+}
+
+/// A finalized aggregate, compared with a tolerance for floats.
+#[derive(Debug, Clone)]
+enum Fin {
+    Null,
+    F(f64),
+    Other(String),
+}
+
+impl PartialEq for Fin {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Fin::Null, Fin::Null) => true,
+            (Fin::F(a), Fin::F(b)) => {
+                (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+            }
+            (Fin::Other(a), Fin::Other(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+fn finalize(s: &State) -> Fin {
+    let how = match s.kind() {
+        AggregateKind::Percentile => Finalize::Quantile(0.5),
+        _ => Finalize::Natural,
+    };
+    match s.finalize(how).unwrap() {
+        None => Fin::Null,
+        Some(PValue::F64(x)) => Fin::F(x),
+        Some(v) => Fin::Other(format!("{v:?}")),
+    }
+}
+
+fn model_row_text(m: &Model) -> Vec<String> {
+    vec![
+        m.host.clone().unwrap_or_default(),
+        m.region.clone().unwrap_or_default(),
+        m.time.to_string(),
+        m.usage.map(|x| format!("{x:?}")).unwrap_or_default(),
+        m.count.map(|x| x.to_string()).unwrap_or_default(),
+    ]
+}
+
+fn model_answer(r: &Req, rows: &[Model]) -> Answer {
+    let kept: Vec<&Model> = rows.iter().filter(|m| matches(r, m)).collect();
+    match &r.want {
+        Want::Rows { limit } => {
+            let n = if *limit == 0 {
+                usize::MAX
+            } else {
+                *limit as usize
+            };
+            Answer::Rows(kept.iter().take(n).map(|m| model_row_text(m)).collect())
+        }
+        Want::Ordered { desc, limit } => {
+            let mut v = kept.clone();
+            v.sort_by(|a, b| {
+                let t = a.time.cmp(&b.time);
+                let t = if *desc { t.reverse() } else { t };
+                t.then_with(|| a.series.cmp(&b.series))
+            });
+            Answer::Rows(
+                v.iter()
+                    .take(*limit as usize)
+                    .map(|m| model_row_text(m))
+                    .collect(),
+            )
+        }
+        Want::Last => {
+            let mut best: BTreeMap<Vec<u8>, &Model> = BTreeMap::new();
+            for m in kept {
+                if best.get(&m.series).is_none_or(|b| m.time > b.time) {
+                    best.insert(m.series.clone(), m);
+                }
+            }
+            Answer::Rows(best.values().map(|m| model_row_text(m)).collect())
+        }
+        Want::Agg {
+            width,
+            origin,
+            by_host,
+            by_region,
+            calls,
+        } => {
+            let mut groups: BTreeMap<Vec<String>, Vec<State>> = BTreeMap::new();
+            for m in kept {
+                let mut key = Vec::new();
+                if *width > 0 {
+                    let b = origin + (m.time - origin).div_euclid(*width) * width;
+                    key.push(b.to_string());
+                }
+                if *by_host {
+                    key.push(m.host.clone().unwrap_or_else(|| "NULL".into()));
+                }
+                if *by_region {
+                    key.push(m.region.clone().unwrap_or_else(|| "NULL".into()));
+                }
+                let states = groups.entry(key).or_insert_with(|| {
+                    calls
+                        .iter()
+                        .map(|(k, c)| {
+                            let input = match *c {
+                                "" => sealion_partial::ValueType::Bool,
+                                "usage" => sealion_partial::ValueType::F64,
+                                "count" | "time" => sealion_partial::ValueType::I64,
+                                _ => sealion_partial::ValueType::Str,
+                            };
+                            State::new(*k, input).unwrap()
+                        })
+                        .collect()
+                });
+                for (i, (_, c)) in calls.iter().enumerate() {
+                    let v = match *c {
+                        "" => Some(PValue::Bool(true)),
+                        "usage" => m.usage.map(PValue::F64),
+                        "count" => m.count.map(PValue::I64),
+                        "time" => Some(PValue::I64(m.time)),
+                        "host" => m.host.clone().map(PValue::Str),
+                        _ => m.region.clone().map(PValue::Str),
+                    };
+                    if let Some(v) = v {
+                        states[i].update(m.time, &v).unwrap();
+                    }
+                }
+            }
+            Answer::Groups(
+                groups
+                    .into_iter()
+                    .map(|(k, s)| (k, s.iter().map(finalize).collect()))
+                    .collect(),
+            )
+        }
+    }
+}
+
+// ---------- running the paths ----------
+
+fn batch_rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for b in batches {
+        for i in 0..b.num_rows() {
+            out.push(
+                b.columns()
+                    .iter()
+                    .enumerate()
+                    .map(|(c, a)| {
+                        if a.is_null(i) {
+                            String::new()
+                        } else if b.schema().field(c).name() == "time" {
+                            a.as_any()
+                                .downcast_ref::<TimestampNanosecondArray>()
+                                .unwrap()
+                                .value(i)
+                                .to_string()
+                        } else if let Some(f) = a.as_any().downcast_ref::<Float64Array>() {
+                            format!("{:?}", f.value(i))
+                        } else {
+                            array_value_to_string(a, i).unwrap()
+                        }
+                    })
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
+fn answer_of(r: &Req, batches: &[RecordBatch]) -> Answer {
+    let Want::Agg { width, calls, .. } = &r.want else {
+        return Answer::Rows(batch_rows(batches));
+    };
+    let mut groups = BTreeMap::new();
+    for b in batches {
+        // Key columns: the bucket (when bucketed) and the group tags.
+        let keys = b.num_columns() - calls.len();
+        for i in 0..b.num_rows() {
+            let mut key = Vec::new();
+            for c in 0..keys {
+                let a = b.column(c);
+                key.push(if a.is_null(i) {
+                    "NULL".into()
+                } else if c == 0 && *width > 0 {
+                    a.as_any()
+                        .downcast_ref::<TimestampNanosecondArray>()
+                        .unwrap()
+                        .value(i)
+                        .to_string()
+                } else {
+                    array_value_to_string(a, i).unwrap()
+                });
+            }
+            let fins = (0..calls.len())
+                .map(|k| {
+                    let bytes = b
+                        .column(keys + k)
+                        .as_any()
+                        .downcast_ref::<BinaryArray>()
+                        .unwrap()
+                        .value(i);
+                    finalize(&State::decode(bytes).unwrap())
+                })
+                .collect();
+            assert!(
+                groups.insert(key, fins).is_none(),
+                "a group came back twice"
+            );
+        }
+    }
+    Answer::Groups(groups)
+}
+
+fn run_plain(req: &ScanRequest, rows: &[SortedRow]) -> (Vec<RecordBatch>, ScanMetrics) {
+    let q = Query::compile(req).unwrap();
+    let mut batches = Vec::new();
+    let mut emit = |b: RecordBatch| {
+        batches.push(b);
+        true
+    };
+    let mut out = Output::new(&q, &mut emit);
+    scan_rows(&mut out, PID, rows.iter().cloned().map(Ok)).unwrap();
+    let m = out.finish().unwrap();
+    (batches, m)
+}
+
+fn run_sealed(req: &ScanRequest, file: &SealedFile) -> (Vec<RecordBatch>, ScanMetrics) {
+    let q = Query::compile(req).unwrap();
+    let mut batches = Vec::new();
+    let mut emit = |b: RecordBatch| {
+        batches.push(b);
+        true
+    };
+    let mut out = Output::new(&q, &mut emit);
+    file.run(&mut out).unwrap();
+    let m = out.finish().unwrap();
+    (batches, m)
+}
+
+fn seal(
+    dir: &std::path::Path,
+    rows: &[SortedRow],
+    rows_per_group: usize,
+    values_per_page: usize,
+) -> SealedFile {
+    let path = dir.join(format!("p-{rows_per_group}-{values_per_page}.slf"));
+    let layout = Layout {
+        rows_per_group,
+        values_per_page,
+        parallel: false,
+    };
+    write_sealed_with(&path, PID, &table(), rows.iter().cloned().map(Ok), layout).unwrap();
+    SealedFile::open(&path).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// The row path and the column paths over a sealed file (small row
+    /// groups and pages, so the directory has something to skip) both answer
+    /// every request as the model does.
+    #[test]
+    fn every_path_answers_as_the_model(
+        rows in prop::collection::vec(row(), 0..300),
+        reqs in prop::collection::vec(req(), 1..6),
+        group in prop_oneof![Just(16usize), Just(64), Just(1000)],
+        page in prop_oneof![Just(4usize), Just(16)],
+    ) {
+        let stored = stored(&rows);
+        let model = model_rows(&stored);
+        let dir = tempfile::tempdir().unwrap();
+        let file = (!stored.is_empty()).then(|| seal(dir.path(), &stored, group, page));
+        for r in &reqs {
+            let want = model_answer(r, &model);
+            let req = to_proto(r);
+            let (plain, _) = run_plain(&req, &stored);
+            prop_assert_eq!(&answer_of(r, &plain), &want, "row path, request {:?}", r);
+            if let Some(f) = &file {
+                let (sealed, _) = run_sealed(&req, f);
+                prop_assert_eq!(&answer_of(r, &sealed), &want, "sealed paths, request {:?}", r);
+            }
+        }
+    }
+}
+
+/// 50 hosts, 200 rows each, 10 s apart.
+fn fleet() -> Vec<SortedRow> {
+    let mut rows = Vec::new();
+    for h in 0..50 {
+        for i in 0..200 {
+            rows.push(Row {
+                host: format!("host_{h:02}"),
+                region: Some(format!("r{}", h % 3)),
+                time: i * 10,
+                usage: Some(f64::from((h * 7 + i as i32) % 100)),
+                count: Some(i),
+            });
+        }
+    }
+    stored(&rows)
+}
+
+fn plain_req() -> ScanRequest {
+    to_proto(&Req {
+        start: i64::MIN,
+        end: i64::MAX,
+        tags: vec![],
+        field: None,
+        want: Want::Rows { limit: 0 },
+    })
+}
+
+#[test]
+fn a_last_point_scan_decodes_no_page() {
+    let rows = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let file = seal(dir.path(), &rows, 1024, 128);
+    let mut req = plain_req();
+    req.last_per_series = true;
+    let (batches, m) = run_sealed(&req, &file);
+    let (plain, _) = run_plain(&req, &rows);
+    assert_eq!(batch_rows(&batches), batch_rows(&plain));
+    assert_eq!(batch_rows(&batches).len(), 50);
+    assert_eq!(m.pages_decoded, 0, "{m:?}");
+    assert_eq!(m.last_points_from_directory, 50);
+    assert_eq!(m.row_groups_skipped, m.row_groups_total);
+}
+
+#[test]
+fn a_one_series_scan_skips_the_other_series_row_groups() {
+    let rows = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let file = seal(dir.path(), &rows, 1000, 100);
+    let mut req = plain_req();
+    req.tag_predicates = vec![TagPredicate {
+        column: "host".into(),
+        op: TagOp::TagEq as i32,
+        values: vec!["host_17".into()],
+    }];
+    let (batches, m) = run_sealed(&req, &file);
+    let got = batch_rows(&batches);
+    assert_eq!(got.len(), 200);
+    assert!(got.iter().all(|r| r[0] == "host_17"));
+    // 10,000 rows in groups of 1,000: host_17's 200 rows lie in one group.
+    assert_eq!(m.row_groups_total, 10);
+    assert_eq!(m.row_groups_skipped, 9, "{m:?}");
+    assert_eq!(m.rows_scanned, 200);
+    // Time pages are whole inside the range (no decode needed to select);
+    // the projected columns' pages that hold the series' rows are decoded.
+    assert!(m.pages_decoded <= 5 * 3, "{m:?}");
+}
+
+#[test]
+fn wide_buckets_fold_whole_pages_from_their_statistics() {
+    let rows = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let file = seal(dir.path(), &rows, 1000, 100);
+    let r = Req {
+        start: i64::MIN,
+        end: i64::MAX,
+        tags: vec![],
+        field: None,
+        want: Want::Agg {
+            width: 1_000_000,
+            origin: 0,
+            by_host: true,
+            by_region: false,
+            calls: vec![
+                (AggregateKind::Max, "usage"),
+                (AggregateKind::Sum, "count"),
+                (AggregateKind::Count, ""),
+            ],
+        },
+    };
+    let req = to_proto(&r);
+    let (sealed, m) = run_sealed(&req, &file);
+    assert_eq!(answer_of(&r, &sealed), model_answer(&r, &model_rows(&rows)));
+    assert!(m.pages_from_stats > 0, "{m:?}");
+    // Host boundaries fall inside pages at times (200 rows a host, pages of
+    // 100 do align here), so every page is whole: nothing is decoded.
+    assert_eq!(m.pages_decoded, 0, "{m:?}");
+}
+
+#[test]
+fn newest_first_stops_once_the_limit_is_certain() {
+    let rows = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    // Groups of 100 rows: each holds half of one host's history, so the
+    // newest rows are spread over the second half of every host.
+    let file = seal(dir.path(), &rows, 100, 50);
+    let r = Req {
+        start: i64::MIN,
+        end: i64::MAX,
+        tags: vec![TagP::Eq("host", "host_03".into())],
+        field: None,
+        want: Want::Ordered {
+            desc: true,
+            limit: 5,
+        },
+    };
+    let req = to_proto(&r);
+    let (sealed, m) = run_sealed(&req, &file);
+    assert_eq!(answer_of(&r, &sealed), model_answer(&r, &model_rows(&rows)));
+    assert_eq!(m.row_groups_total, 100);
+    assert_eq!(m.row_groups_skipped, 99, "{m:?}");
+}
+
+#[test]
+fn requests_the_node_cannot_answer_are_refused_with_a_reason() {
+    let mut bad = plain_req();
+    bad.order = ScanOrder::OrderTimeDesc as i32;
+    let e = Query::compile(&bad).unwrap_err().to_string();
+    assert!(e.contains("needs a limit"), "{e}");
+
+    let mut bad = plain_req();
+    bad.tag_predicates = vec![TagPredicate {
+        column: "usage".into(),
+        op: TagOp::TagEq as i32,
+        values: vec!["x".into()],
+    }];
+    let e = Query::compile(&bad).unwrap_err().to_string();
+    assert!(e.contains("not a tag"), "{e}");
+
+    let mut bad = plain_req();
+    bad.field_predicate = Some(FieldPredicate {
+        expr: Some(field_predicate::Expr::Compare(FieldCompare {
+            column: "usage".into(),
+            op: CompareOp::CmpEq as i32,
+            value: Some(Literal {
+                value: Some(literal::Value::Str("x".into())),
+            }),
+        })),
+    });
+    let e = Query::compile(&bad).unwrap_err().to_string();
+    assert!(e.contains("cannot compare"), "{e}");
+
+    let mut bad = plain_req();
+    bad.aggregate = Some(AggregateSpec {
+        bucket_width_ns: 0,
+        bucket_origin_ns: 0,
+        group_tags: vec![],
+        calls: vec![AggregateCall {
+            function: AggregateFunction::AggSum as i32,
+            column: "host".into(),
+        }],
+    });
+    let e = Query::compile(&bad).unwrap_err().to_string();
+    assert!(e.contains("does not take"), "{e}");
+}

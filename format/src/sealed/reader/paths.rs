@@ -1,0 +1,674 @@
+//! The column read paths over one sealed file (see `crate::scan`): they use
+//! the directory to skip what cannot match and decode as little as they can.
+//!
+//! - Every path first narrows each row group to row ranges: the group's time
+//!   bounds, then the series that pass the tag predicates (by the
+//!   per-series row ranges, so a one-series request reads only that
+//!   series' row groups), then time pages by their statistics, then (lazy
+//!   decode) the field predicate's columns, row by row.
+//! - Rows mode decodes only the projected columns' pages that hold selected
+//!   rows and appends them page by page.
+//! - Aggregate mode splits the ranges into runs of one group (a time page
+//!   whose min and max fall in one bucket needs no decoding) and folds each
+//!   page that lies wholly inside a run from its header statistics for
+//!   count, sum, avg, min and max; the rest is decoded.
+//! - Last mode answers each series from the directory's last row when that
+//!   row is in range and passes the filter; otherwise it reads the series'
+//!   row groups newest first and stops at the first group with a match.
+//! - Time-ordered mode visits row groups newest (or oldest) first and stops
+//!   once no remaining group can hold a row that beats the kept ones.
+
+use sealion_partial::{AggregateKind, State, SumOf, Value as PValue};
+
+use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
+use crate::columnar::{ColumnValues, Page, StatValue, Sum};
+use crate::rows::{Value, decode_fields};
+use crate::scan::{CallSource, Metrics, Mode, Output, SeriesCtx, update};
+use crate::{Error, Result, SCAN_BATCH_ROWS};
+
+/// Row ranges `[a, b)` of one row group (group-local), each inside one
+/// series (the index into `SealedFile::series`).
+type Ranges = Vec<(usize, usize, usize)>;
+
+/// Decoded pages of one row group, per chunk, filled as paths need them.
+struct Decoded {
+    chunks: Vec<Option<Vec<Option<Page>>>>,
+}
+
+impl Decoded {
+    fn new(chunks: usize) -> Self {
+        Decoded {
+            chunks: (0..chunks).map(|_| None).collect(),
+        }
+    }
+}
+
+/// A value of a decoded page, None when null.
+fn page_value(page: &Page, i: usize) -> Option<Value> {
+    if page.is_null(i) {
+        return None;
+    }
+    Some(match &page.values {
+        ColumnValues::Float64(v) => Value::F64(v[i]),
+        ColumnValues::Int64(v) | ColumnValues::Timestamp(v) => Value::I64(v[i]),
+        ColumnValues::UInt64(v) => Value::U64(v[i]),
+        ColumnValues::Bool(v) => Value::Bool(v[i]),
+        ColumnValues::Text(v) => Value::Str(v[i].clone()),
+    })
+}
+
+fn page_pvalue(page: &Page, i: usize) -> Option<PValue> {
+    if page.is_null(i) {
+        return None;
+    }
+    Some(match &page.values {
+        ColumnValues::Float64(v) => PValue::F64(v[i]),
+        ColumnValues::Int64(v) | ColumnValues::Timestamp(v) => PValue::I64(v[i]),
+        ColumnValues::UInt64(v) => PValue::U64(v[i]),
+        ColumnValues::Bool(v) => PValue::Bool(v[i]),
+        ColumnValues::Text(v) => PValue::Str(v[i].clone()),
+    })
+}
+
+fn stat_pvalue(v: &StatValue) -> Option<PValue> {
+    Some(match v {
+        // A NaN's sign decides where total order puts it; states keep one
+        // canonical NaN. Pages holding a NaN are decoded instead.
+        StatValue::Float64(x) if x.is_nan() => return None,
+        StatValue::Float64(x) => PValue::F64(*x),
+        StatValue::Int64(x) | StatValue::Timestamp(x) => PValue::I64(*x),
+        StatValue::UInt64(x) => PValue::U64(*x),
+        StatValue::Bool(x) => PValue::Bool(*x),
+        StatValue::Text(x) => PValue::Str(x.clone()),
+    })
+}
+
+/// Page `p` of `infos` and the rows `[a, b)` it shares with the range, for
+/// every page that overlaps `[a, b)` (group-local rows).
+fn segments(
+    infos: &[PageInfo],
+    a: usize,
+    b: usize,
+) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+    let first = infos.partition_point(|i| (i.first_row + i.rows) as usize <= a);
+    infos[first..]
+        .iter()
+        .enumerate()
+        .map(move |(k, info)| (first + k, info))
+        .take_while(move |(_, info)| (info.first_row as usize) < b)
+        .map(move |(p, info)| {
+            let lo = a.max(info.first_row as usize);
+            let hi = b.min((info.first_row + info.rows) as usize);
+            (p, lo, hi)
+        })
+}
+
+impl SealedFile {
+    /// Answers `out`'s query over this file alone: the caller has checked
+    /// that no late rows or deletes are pending for it.
+    pub fn run(&self, out: &mut Output<'_>) -> Result<()> {
+        let before = pages_decoded();
+        let q = out.query;
+        Metrics::add(&out.metrics.row_groups_total, self.groups.len() as u64);
+        let mut ctxs = Vec::with_capacity(self.series.len());
+        for s in &self.series {
+            ctxs.push(q.series_ctx(&s.key).ok_or_else(|| Error::Corrupt {
+                partition_id: self.partition_id,
+                reason: format!("bad series key in the directory of {}", self.path.display()),
+            })?);
+        }
+        let touched = match &q.mode {
+            Mode::Rows => self.run_rows(out, &ctxs)?,
+            Mode::Aggregate(_) => self.run_aggregate(out, &ctxs)?,
+            Mode::Last => self.run_last(out, &ctxs)?,
+            Mode::Ordered { desc } => self.run_ordered(out, &ctxs, *desc)?,
+        };
+        let decoded = pages_decoded() - before;
+        Metrics::add(&out.metrics.pages_decoded, decoded);
+        Metrics::add(
+            &out.metrics.row_groups_skipped,
+            (self.groups.len() as u64).saturating_sub(touched),
+        );
+        let total: u64 = self
+            .groups
+            .iter()
+            .map(|g| g.chunks.iter().map(|c| c.len() as u64).sum::<u64>())
+            .sum();
+        Metrics::add(
+            &out.metrics.pages_skipped,
+            total.saturating_sub(decoded + out.metrics.pages_from_stats.get()),
+        );
+        Ok(())
+    }
+
+    /// Decodes the pages of chunk `c` of group `g` that overlap `ranges` and
+    /// are not decoded yet.
+    fn ensure(&self, g: usize, c: usize, ranges: &Ranges, dec: &mut Decoded) -> Result<()> {
+        let infos = &self.groups[g].chunks[c];
+        let have = dec.chunks[c].get_or_insert_with(|| (0..infos.len()).map(|_| None).collect());
+        let missing: Vec<bool> = infos
+            .iter()
+            .zip(have.iter())
+            .map(|(info, page)| {
+                let (a, b) = (
+                    info.first_row as usize,
+                    (info.first_row + info.rows) as usize,
+                );
+                page.is_none() && ranges.iter().any(|&(x, y, _)| x < b && a < y)
+            })
+            .collect();
+        if missing.iter().any(|&m| m) {
+            let fresh = self.decode_pages(g, c, &missing)?;
+            for (slot, page) in have.iter_mut().zip(fresh) {
+                if page.is_some() {
+                    *slot = page;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The rows of group `g` that pass the time range, the tag predicates and
+    /// the field predicate, as ranges inside one series each. None when the
+    /// group can be skipped without decoding anything.
+    fn matching(
+        &self,
+        out: &Output<'_>,
+        g: usize,
+        ctxs: &[SeriesCtx],
+    ) -> Result<Option<(Ranges, Decoded)>> {
+        let q = out.query;
+        let group = &self.groups[g];
+        if group.max_time_ns < q.start_ns || group.min_time_ns >= q.end_ns {
+            return Ok(None);
+        }
+        let (s0, s1) = (group.first_key.0 as usize, group.last_key.0 as usize);
+        if !ctxs
+            .get(s0..=s1)
+            .is_some_and(|c| c.iter().any(|x| x.passes))
+        {
+            return Ok(None);
+        }
+        let (times, time_pages) = self.select(g, q.start_ns, q.end_ns)?;
+        let mut dec = Decoded::new(self.specs.len());
+        dec.chunks[self.time_chunk] = Some(time_pages);
+        let base = group.first_row;
+        let mut ranges: Ranges = Vec::new();
+        for s in s0..=s1 {
+            if !ctxs[s].passes {
+                continue;
+            }
+            let info = &self.series[s];
+            let a = info.first_row.saturating_sub(base) as usize;
+            let b = ((info.first_row + info.rows).saturating_sub(base) as usize)
+                .min(group.rows as usize);
+            for &(x, y) in &times {
+                let (lo, hi) = (a.max(x), b.min(y));
+                if lo < hi {
+                    ranges.push((lo, hi, s));
+                }
+            }
+        }
+        if ranges.is_empty() {
+            return Ok(None);
+        }
+        Metrics::add(
+            &out.metrics.rows_scanned,
+            ranges.iter().map(|&(a, b, _)| (b - a) as u64).sum(),
+        );
+        let Some(filter) = &q.filter else {
+            return Ok(Some((ranges, dec)));
+        };
+        // Lazy decode: the filter's columns first, and only for selected rows.
+        let mut sources = Vec::with_capacity(filter.columns.len());
+        for c in &filter.columns {
+            let src = self.source_of(c)?;
+            if let Source::Chunk(i) = src {
+                self.ensure(g, i, &ranges, &mut dec)?;
+            }
+            sources.push(src);
+        }
+        let mut kept: Ranges = Vec::new();
+        let mut values: Vec<Option<Value>> = vec![None; sources.len()];
+        for &(a, b, s) in &ranges {
+            let mut run: Option<usize> = None;
+            for row in a..b {
+                for (k, src) in sources.iter().enumerate() {
+                    values[k] = match *src {
+                        Source::Missing => None,
+                        Source::Chunk(c) => self.value_in(g, c, &dec, row),
+                    };
+                }
+                let keep = filter.keeps(&values);
+                match (keep, run) {
+                    (true, None) => run = Some(row),
+                    (false, Some(x)) => {
+                        kept.push((x, row, s));
+                        run = None;
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(x) = run {
+                kept.push((x, b, s));
+            }
+        }
+        if kept.is_empty() {
+            return Ok(Some((kept, dec)));
+        }
+        Ok(Some((kept, dec)))
+    }
+
+    /// The value of group-local `row` in chunk `c`, from decoded pages.
+    fn value_in(&self, g: usize, c: usize, dec: &Decoded, row: usize) -> Option<Value> {
+        let infos = &self.groups[g].chunks[c];
+        let p = infos.partition_point(|i| (i.first_row + i.rows) as usize <= row);
+        let page = dec.chunks[c].as_ref()?.get(p)?.as_ref()?;
+        page_value(page, row - infos[p].first_row as usize)
+    }
+
+    /// Rows mode: projected columns of the matching rows, in file order.
+    fn run_rows(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx]) -> Result<u64> {
+        let q = out.query;
+        let sources: Vec<Source> = q
+            .projection
+            .iter()
+            .map(|c| self.source_of(c))
+            .collect::<Result<_>>()?;
+        let mut batch = OutBatch::new(&q.projection);
+        let mut touched = 0;
+        for g in 0..self.groups.len() {
+            if out.done() {
+                break;
+            }
+            let Some((ranges, mut dec)) = self.matching(out, g, ctxs)? else {
+                continue;
+            };
+            touched += 1;
+            for s in &sources {
+                if let Source::Chunk(c) = *s {
+                    self.ensure(g, c, &ranges, &mut dec)?;
+                }
+            }
+            for &(a, b, _) in &ranges {
+                let mut a = a;
+                while a < b {
+                    let room = out.room().saturating_sub(batch.rows as u64);
+                    if room == 0 {
+                        break;
+                    }
+                    let take = (SCAN_BATCH_ROWS - batch.rows).min(b - a).min(room as usize);
+                    for (k, s) in sources.iter().enumerate() {
+                        match *s {
+                            Source::Missing => batch.builders[k].append_nulls(take),
+                            Source::Chunk(c) => {
+                                let pages = dec.chunks[c].as_deref().unwrap_or_default();
+                                append_rows(
+                                    &mut batch.builders[k],
+                                    &self.groups[g].chunks[c],
+                                    pages,
+                                    a,
+                                    a + take,
+                                )
+                                .map_err(|e| Error::Internal(format!("sealed scan: {e}")))?;
+                            }
+                        }
+                    }
+                    batch.rows += take;
+                    Metrics::add(&out.metrics.rows_matched, take as u64);
+                    a += take;
+                    if batch.rows == SCAN_BATCH_ROWS || out.room() <= batch.rows as u64 {
+                        out.emit_rows_batch(batch.finish()?)?;
+                        if out.done() {
+                            return Ok(touched);
+                        }
+                    }
+                }
+            }
+        }
+        if batch.rows > 0 {
+            out.emit_rows_batch(batch.finish()?)?;
+        }
+        Ok(touched)
+    }
+
+    /// Aggregate mode.
+    fn run_aggregate(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx]) -> Result<u64> {
+        let q = out.query;
+        let Mode::Aggregate(plan) = &q.mode else {
+            return Err(Error::Internal("not an aggregate scan".into()));
+        };
+        let mut touched = 0;
+        for g in 0..self.groups.len() {
+            if out.done() {
+                break;
+            }
+            let Some((ranges, mut dec)) = self.matching(out, g, ctxs)? else {
+                continue;
+            };
+            touched += 1;
+            if ranges.is_empty() {
+                continue;
+            }
+            Metrics::add(
+                &out.metrics.rows_matched,
+                ranges.iter().map(|&(a, b, _)| (b - a) as u64).sum(),
+            );
+            // Runs of rows in one group: (a, b, series, group index).
+            let mut runs: Vec<(usize, usize, usize, usize)> = Vec::new();
+            let time_infos = &self.groups[g].chunks[self.time_chunk];
+            for &(a, b, s) in &ranges {
+                if plan.width_ns == 0 {
+                    runs.push((a, b, s, out.group(0, &ctxs[s])?));
+                    continue;
+                }
+                for (p, lo, hi) in segments(time_infos, a, b) {
+                    let info = &time_infos[p];
+                    if let (Some(StatValue::Timestamp(t0)), Some(StatValue::Timestamp(t1))) =
+                        (&info.min, &info.max)
+                    {
+                        let b0 = plan.bucket(*t0)?;
+                        if b0 == plan.bucket(*t1)? {
+                            runs.push((lo, hi, s, out.group(b0, &ctxs[s])?));
+                            continue;
+                        }
+                    }
+                    self.ensure(g, self.time_chunk, &vec![(lo, hi, s)], &mut dec)?;
+                    let page = dec.chunks[self.time_chunk]
+                        .as_ref()
+                        .and_then(|c| c[p].as_ref())
+                        .ok_or_else(|| Error::Internal("time page was not decoded".into()))?;
+                    let ColumnValues::Timestamp(times) = &page.values else {
+                        return Err(Error::Internal("time page is not timestamps".into()));
+                    };
+                    let off = info.first_row as usize;
+                    let mut start = lo;
+                    let mut current = plan.bucket(times[lo - off])?;
+                    for row in lo + 1..hi {
+                        let bucket = plan.bucket(times[row - off])?;
+                        if bucket != current {
+                            runs.push((start, row, s, out.group(current, &ctxs[s])?));
+                            start = row;
+                            current = bucket;
+                        }
+                    }
+                    runs.push((start, hi, s, out.group(current, &ctxs[s])?));
+                }
+            }
+            for (i, call) in plan.calls.iter().enumerate() {
+                match &call.source {
+                    CallSource::Star => {
+                        for &(a, b, _, grp) in &runs {
+                            let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
+                            fold_summary(st, (b - a) as u64, None, None, None)?;
+                        }
+                    }
+                    CallSource::Tag(_) => {
+                        for &(a, b, s, grp) in &runs {
+                            let Some(tag) = ctxs[s].call_tags.get(i).cloned().flatten() else {
+                                continue;
+                            };
+                            let v = PValue::Str(tag);
+                            let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
+                            match call.kind {
+                                AggregateKind::Count | AggregateKind::Min | AggregateKind::Max => {
+                                    fold_summary(st, (b - a) as u64, None, Some(&v), Some(&v))?
+                                }
+                                _ => {
+                                    // First/last need each row's time; the rest
+                                    // take the value once per row.
+                                    let all: Ranges = vec![(a, b, s)];
+                                    self.ensure(g, self.time_chunk, &all, &mut dec)?;
+                                    for row in a..b {
+                                        let t = self.time_at(g, &dec, row)?;
+                                        let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
+                                        update(st, t, &v)?;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    CallSource::Time => {
+                        self.ensure(g, self.time_chunk, &ranges, &mut dec)?;
+                        for &(a, b, _, grp) in &runs {
+                            for row in a..b {
+                                let t = self.time_at(g, &dec, row)?;
+                                let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
+                                update(st, t, &PValue::I64(t))?;
+                            }
+                        }
+                    }
+                    CallSource::Field(col) => {
+                        let Source::Chunk(c) = self.source_of(col)? else {
+                            continue; // not in this file: all null
+                        };
+                        let summarizable = matches!(
+                            call.kind,
+                            AggregateKind::Count
+                                | AggregateKind::Sum
+                                | AggregateKind::Avg
+                                | AggregateKind::Min
+                                | AggregateKind::Max
+                        );
+                        let needs_time =
+                            matches!(call.kind, AggregateKind::First | AggregateKind::Last);
+                        let infos = &self.groups[g].chunks[c];
+                        for &(a, b, s, grp) in &runs {
+                            for (p, lo, hi) in segments(infos, a, b) {
+                                let info = &infos[p];
+                                let whole = lo == info.first_row as usize
+                                    && hi == (info.first_row + info.rows) as usize;
+                                if summarizable
+                                    && whole
+                                    && dec.chunks[c].as_ref().is_none_or(|d| d[p].is_none())
+                                {
+                                    let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
+                                    if self.fold_page_stats(g, c, p, st)? {
+                                        Metrics::add(&out.metrics.pages_from_stats, 1);
+                                        continue;
+                                    }
+                                }
+                                let one: Ranges = vec![(lo, hi, s)];
+                                self.ensure(g, c, &one, &mut dec)?;
+                                if needs_time {
+                                    self.ensure(g, self.time_chunk, &one, &mut dec)?;
+                                }
+                                let page = dec.chunks[c]
+                                    .as_ref()
+                                    .and_then(|d| d[p].as_ref())
+                                    .ok_or_else(|| {
+                                        Error::Internal("page was not decoded".into())
+                                    })?;
+                                let off = info.first_row as usize;
+                                for row in lo..hi {
+                                    let Some(v) = page_pvalue(page, row - off) else {
+                                        continue;
+                                    };
+                                    let t = if needs_time {
+                                        self.time_at(g, &dec, row)?
+                                    } else {
+                                        0
+                                    };
+                                    let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
+                                    update(st, t, &v)?;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(touched)
+    }
+
+    /// Folds page `p` of chunk `c` of group `g` into `state` from the page's
+    /// statistics alone; false when they do not suffice (a NaN, text whose
+    /// min or max was too long to keep, a kind that needs the values).
+    fn fold_page_stats(&self, g: usize, c: usize, p: usize, state: &mut State) -> Result<bool> {
+        let info = &self.groups[g].chunks[c][p];
+        let count = u64::from(info.rows - info.null_count);
+        if count == 0 {
+            return Ok(true);
+        }
+        let (min, max) = match (&info.min, &info.max) {
+            (Some(lo), Some(hi)) => (stat_pvalue(lo), stat_pvalue(hi)),
+            _ => (None, None),
+        };
+        let sum = match state.kind() {
+            AggregateKind::Sum | AggregateKind::Avg => {
+                // The directory keeps min and max; the sum is in the page
+                // header, read without decoding the payload.
+                let stats = self.page_header_stats(g, c, p)?;
+                match stats.sum {
+                    Some(Sum::Int(x)) => Some(SumOf::Int(x)),
+                    Some(Sum::UInt(x)) => Some(SumOf::UInt(x)),
+                    Some(Sum::Float(x)) if x.is_finite() => Some(SumOf::Float(x)),
+                    _ => return Ok(false),
+                }
+            }
+            _ => None,
+        };
+        let need_extremes = matches!(state.kind(), AggregateKind::Min | AggregateKind::Max);
+        if need_extremes && (min.is_none() || max.is_none()) {
+            return Ok(false);
+        }
+        fold_summary(state, count, sum, min.as_ref(), max.as_ref())?;
+        Ok(true)
+    }
+
+    /// The statistics in a page's header (which hold its sum), read without
+    /// decompressing or decoding its payload.
+    fn page_header_stats(
+        &self,
+        g: usize,
+        c: usize,
+        p: usize,
+    ) -> Result<crate::columnar::PageStats> {
+        use std::os::unix::fs::FileExt;
+        let info = &self.groups[g].chunks[c][p];
+        let mut buf = vec![0u8; info.length as usize];
+        self.file.read_exact_at(&mut buf, info.offset)?;
+        crate::columnar::page_stats(&buf).map_err(|e| self.page_error(g, c, p, e))
+    }
+
+    fn time_at(&self, g: usize, dec: &Decoded, row: usize) -> Result<i64> {
+        match self.value_in(g, self.time_chunk, dec, row) {
+            Some(Value::I64(t)) => Ok(t),
+            _ => Err(Error::Internal("time page was not decoded".into())),
+        }
+    }
+
+    /// Last mode.
+    fn run_last(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx]) -> Result<u64> {
+        let q = out.query;
+        let mut touched = std::collections::BTreeSet::new();
+        for (s, info) in self.series.iter().enumerate() {
+            if out.done() {
+                break;
+            }
+            let ctx = &ctxs[s];
+            if !ctx.passes || info.rows == 0 {
+                continue;
+            }
+            if info.last_time_ns >= q.start_ns && info.last_time_ns < q.end_ns {
+                let fields = decode_fields(&info.last_value).ok_or_else(|| Error::Corrupt {
+                    partition_id: self.partition_id,
+                    reason: format!("bad last row in the directory of {}", self.path.display()),
+                })?;
+                let keep = match &q.filter {
+                    None => true,
+                    Some(f) => f.keeps(&crate::scan::filter_values(f, &fields)),
+                };
+                if keep {
+                    Metrics::add(&out.metrics.last_points_from_directory, 1);
+                    Metrics::add(&out.metrics.rows_scanned, 1);
+                    out.push_row(
+                        self.partition_id,
+                        &info.key,
+                        ctx,
+                        info.last_time_ns,
+                        &info.last_value,
+                        Some(&fields),
+                    )?;
+                    continue;
+                }
+            }
+            // The series' row groups, newest first; the first group holding a
+            // match holds the newest one.
+            let first = self
+                .groups
+                .partition_point(|g| g.first_row + u64::from(g.rows) <= info.first_row);
+            let last = self
+                .groups
+                .partition_point(|g| g.first_row < info.first_row + info.rows);
+            for g in (first..last).rev() {
+                let group = &self.groups[g];
+                if group.max_time_ns < q.start_ns || group.min_time_ns >= q.end_ns {
+                    continue;
+                }
+                touched.insert(g);
+                let rows = self
+                    .rows_of_groups(vec![g])
+                    .filter(|r| r.as_ref().map_or(true, |r| r.series == info.key));
+                let before = out.metrics.rows_matched.get();
+                crate::scan::scan_rows(out, self.partition_id, rows)?;
+                if out.metrics.rows_matched.get() > before {
+                    break;
+                }
+            }
+        }
+        Ok(touched.len() as u64)
+    }
+
+    /// Time-ordered mode.
+    fn run_ordered(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx], desc: bool) -> Result<u64> {
+        let q = out.query;
+        let mut order: Vec<usize> = (0..self.groups.len()).collect();
+        if desc {
+            order.sort_by_key(|&g| std::cmp::Reverse(self.groups[g].max_time_ns));
+        } else {
+            order.sort_by_key(|&g| self.groups[g].min_time_ns);
+        }
+        let mut touched = 0;
+        for g in order {
+            let group = &self.groups[g];
+            if let Some((_, cut)) = out.ordered_cutoff() {
+                // Groups come in the order of their best time: once one
+                // cannot beat the kept rows, none of the rest can.
+                if (desc && group.max_time_ns < cut) || (!desc && group.min_time_ns > cut) {
+                    break;
+                }
+            }
+            if group.max_time_ns < q.start_ns || group.min_time_ns >= q.end_ns {
+                continue;
+            }
+            let (s0, s1) = (group.first_key.0 as usize, group.last_key.0 as usize);
+            if !ctxs
+                .get(s0..=s1)
+                .is_some_and(|c| c.iter().any(|x| x.passes))
+            {
+                continue;
+            }
+            touched += 1;
+            let rows = self.rows_of_groups(vec![g]);
+            crate::scan::scan_rows(out, self.partition_id, rows)?;
+        }
+        Ok(touched)
+    }
+}
+
+fn no_group() -> Error {
+    Error::Internal("aggregate group vanished".into())
+}
+
+fn fold_summary(
+    state: &mut State,
+    count: u64,
+    sum: Option<SumOf>,
+    min: Option<&PValue>,
+    max: Option<&PValue>,
+) -> Result<()> {
+    state
+        .update_summary(count, sum, min, max)
+        .map_err(|e| Error::Invalid(format!("aggregate: {e}")))
+}
