@@ -13,7 +13,7 @@ forbid() { # crate, forbidden dependency
 for c in sealion-proto sealion-common; do
   for d in sealion-meta sealion-storage sealion-query datafusion rocksdb openraft; do forbid "$c" "$d"; done
 done
-for d in sealion-meta sealion-storage sealion-query datafusion rocksdb librocksdb-sys openraft tonic; do
+for d in sealion-meta sealion-storage sealion-query datafusion rocksdb librocksdb-sys openraft; do
   forbid sealion-format "$d"
 done
 forbid sealion-storage datafusion

@@ -111,7 +111,7 @@ fn main() -> anyhow::Result<()> {
     ];
     let n = 600usize;
     let batch = RecordBatch::try_new(
-        Arc::new(arrow_schema(&columns)),
+        arrow_schema(&columns),
         vec![
             Arc::new(StringArray::from(
                 (0..n).map(|i| format!("h{}", i % 3)).collect::<Vec<_>>(),

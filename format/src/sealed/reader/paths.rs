@@ -480,6 +480,7 @@ impl SealedFile {
                                         Error::Internal("page was not decoded".into())
                                     })?;
                                 let off = info.first_row as usize;
+                                let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
                                 for row in lo..hi {
                                     let Some(v) = page_pvalue(page, row - off) else {
                                         continue;
@@ -489,7 +490,6 @@ impl SealedFile {
                                     } else {
                                         0
                                     };
-                                    let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
                                     update(st, t, &v)?;
                                 }
                             }
