@@ -420,6 +420,10 @@ fn expire_partitions(state: &mut ClusterState, c: &ExpirePartitions) -> Outcome 
     })
 }
 
+/// Largest tag filter a partition may publish (a bound on the size of the
+/// cluster state every node watches).
+pub const MAX_TAG_FILTER_BYTES: usize = 64 << 10;
+
 fn set_partition_state(state: &mut ClusterState, c: &SetPartitionState) -> Outcome {
     let Some(p) = state.partitions.iter_mut().find(|p| p.id == c.partition_id) else {
         return Err(Refusal::new(
@@ -433,7 +437,20 @@ fn set_partition_state(state: &mut ClusterState, c: &SetPartitionState) -> Outco
             c.state
         )));
     }
+    if c.tag_filters.len() > MAX_TAG_FILTER_BYTES {
+        return Err(invalid(format!(
+            "tag filters of partition {} are {} bytes; the limit is {MAX_TAG_FILTER_BYTES}",
+            c.partition_id,
+            c.tag_filters.len()
+        )));
+    }
     p.state = c.state;
+    // Filters describe a sealed file; any other state has none to describe.
+    p.tag_filters = if c.state == PartitionState::Sealed as i32 {
+        c.tag_filters.clone()
+    } else {
+        Default::default()
+    };
     Ok(MetaResponse {
         partitions: vec![p.clone()],
         ..Default::default()
@@ -593,6 +610,7 @@ fn ensure_partitions(state: &mut ClusterState, c: &EnsurePartitions) -> Outcome 
             replicas,
             state: PartitionState::Open as i32,
             epoch: 1,
+            tag_filters: Vec::new(),
         });
         state.next_partition_id += 1;
     }
@@ -1007,6 +1025,7 @@ mod tests {
             Cmd::SetPartitionState(SetPartitionState {
                 partition_id: pid,
                 state: PartitionState::Sealed as i32,
+                tag_filters: vec![1, 2, 3],
             }),
         );
         assert_eq!(r.error, "");
@@ -1016,6 +1035,7 @@ mod tests {
             Cmd::SetPartitionState(SetPartitionState {
                 partition_id: pid + 99,
                 state: PartitionState::Sealed as i32,
+                ..Default::default()
             }),
         );
         assert_eq!(r.error_kind, kind::NOT_FOUND);
@@ -1024,10 +1044,36 @@ mod tests {
             Cmd::SetPartitionState(SetPartitionState {
                 partition_id: pid,
                 state: 42,
+                ..Default::default()
             }),
         );
         assert!(!r.error.is_empty());
         assert_eq!(s.partitions[0].state(), PartitionState::Sealed);
+        assert_eq!(s.partitions[0].tag_filters, vec![1, 2, 3]);
+
+        // Filters over the limit are refused and change nothing.
+        let r = run(
+            &mut s,
+            Cmd::SetPartitionState(SetPartitionState {
+                partition_id: pid,
+                state: PartitionState::Sealed as i32,
+                tag_filters: vec![0; MAX_TAG_FILTER_BYTES + 1],
+            }),
+        );
+        assert_eq!(r.error_kind, kind::INVALID);
+        assert_eq!(s.partitions[0].tag_filters, vec![1, 2, 3]);
+
+        // Leaving the sealed state clears them: they described a file.
+        let r = run(
+            &mut s,
+            Cmd::SetPartitionState(SetPartitionState {
+                partition_id: pid,
+                state: PartitionState::Open as i32,
+                tag_filters: vec![9],
+            }),
+        );
+        assert_eq!(r.error, "");
+        assert!(s.partitions[0].tag_filters.is_empty());
     }
 
     #[test]

@@ -340,6 +340,7 @@ impl SystemSchema {
         let mut late = Vec::new();
         let mut deleted = Vec::new();
         let mut shard = Vec::new();
+        let mut filter_bytes = Vec::new();
         let mut parts: Vec<_> = state.partitions.iter().collect();
         parts.sort_by_key(|p| (p.table_id, p.start_ns));
         for p in parts {
@@ -365,6 +366,7 @@ impl SystemSchema {
                 bytes.push(s.map(|s| s.bytes));
                 late.push(s.map(|s| s.late_rows));
                 deleted.push(s.map(|s| s.deleted_rows));
+                filter_bytes.push(p.tag_filters.len() as u64);
             }
         }
         let n = db.len();
@@ -384,6 +386,7 @@ impl SystemSchema {
                 Field::new("late_rows", DataType::UInt64, true),
                 Field::new("deleted_rows", DataType::UInt64, true),
                 Field::new("reachable", DataType::Boolean, false),
+                Field::new("tag_filter_bytes", DataType::UInt64, false),
             ],
             vec![
                 Arc::new(StringArray::from(db)),
@@ -402,6 +405,7 @@ impl SystemSchema {
                 Arc::new(BooleanArray::from(
                     (0..n).map(|i| rows[i].is_some()).collect::<Vec<_>>(),
                 )),
+                Arc::new(UInt64Array::from(filter_bytes)),
             ],
         )
     }

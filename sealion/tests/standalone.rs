@@ -584,7 +584,7 @@ async fn sealing_on_demand_keeps_answers_and_late_rows_win_until_a_reseal() {
         .http
         .rows(
             "public",
-            "SELECT state, rows, late_rows FROM system.partitions WHERE table_name = 'cpu'",
+            "SELECT state, rows, late_rows, tag_filter_bytes FROM system.partitions WHERE table_name = 'cpu'",
         )
         .await;
     assert_eq!(parts.len(), 3);
@@ -592,6 +592,10 @@ async fn sealing_on_demand_keeps_answers_and_late_rows_win_until_a_reseal() {
         assert_eq!(p[0], "sealed");
         assert_eq!(p[1], 10 * 288);
         assert_eq!(p[2], 0);
+        // Each sealed partition published its tag filters to meta: a few
+        // hundred bytes for 10 hosts and their regions.
+        let filter = p[3].as_u64().unwrap_or(0);
+        assert!(filter > 0 && filter < 4096, "tag filter of {filter} bytes");
     }
     check_per_host(&s.http, &s.pg_addr, &data).await;
     let (status, body) = s.http.sql("public", "SELECT count(*) FROM cpu WHERE host = 'host_3' AND time >= '2024-01-02T06:00:00Z' AND time < '2024-01-02T07:00:00Z'").await;

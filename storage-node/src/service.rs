@@ -83,10 +83,24 @@ pub async fn seal_due(ctx: &Arc<NodeContext>, pid: u64) -> Result<bool> {
 }
 
 async fn set_state(ctx: &NodeContext, pid: u64, state: sealion_common::proto::PartitionState) {
+    set_state_with(ctx, pid, state, Vec::new()).await
+}
+
+/// Largest tag filter published to meta (meta refuses more); a partition
+/// over it publishes none and is never skipped by tag.
+const MAX_PUBLISHED_FILTER_BYTES: usize = 64 << 10;
+
+async fn set_state_with(
+    ctx: &NodeContext,
+    pid: u64,
+    state: sealion_common::proto::PartitionState,
+    tag_filters: Vec<u8>,
+) {
     let cmd = sealion_common::proto::meta_command::Cmd::SetPartitionState(
         sealion_common::proto::SetPartitionState {
             partition_id: pid,
             state: state as i32,
+            tag_filters: tag_filters.into(),
         },
     );
     if let Err(e) = ctx.meta.propose(cmd).await {
@@ -136,7 +150,22 @@ pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResu
         outcome,
         SealOutcome::Sealed { .. } | SealOutcome::Resealed { .. } | SealOutcome::AlreadySealed
     ) {
-        set_state(ctx, pid, PartitionState::Sealed).await;
+        // Publish the file's tag filters with the state, for planners.
+        let filters = match ctx.engine.sealed_file(pid) {
+            Ok(Some(f)) if f.tag_filter_bytes().len() <= MAX_PUBLISHED_FILTER_BYTES => {
+                f.tag_filter_bytes().to_vec()
+            }
+            Ok(Some(f)) => {
+                tracing::warn!(
+                    partition_id = pid,
+                    bytes = f.tag_filter_bytes().len(),
+                    "tag filters too large to publish"
+                );
+                Vec::new()
+            }
+            _ => Vec::new(),
+        };
+        set_state_with(ctx, pid, PartitionState::Sealed, filters).await;
         metrics::counter!("sealion_storage_partitions_sealed_total").increment(1);
         tracing::info!(
             partition_id = pid,
