@@ -63,24 +63,103 @@ fn decode_rate(
     ))
 }
 
+/// Resident memory of this process now, in MiB.
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// `--seal-only DIR`: opens the engine in DIR, seals partition 1 and prints
+/// what that cost; run as a child so its peak memory is the seal's alone.
+fn seal_only(dir: &str) -> anyhow::Result<()> {
+    let engine = Engine::open(std::path::Path::new(dir))?;
+    let before = rss_mib();
+    let (c0, t0) = (cpu_seconds(), Instant::now());
+    let outcome = engine.seal(1, &columns())?;
+    let (cpu, wall) = (cpu_seconds() - c0, t0.elapsed().as_secs_f64());
+    let rows = match outcome {
+        sealion_storage::engine::SealOutcome::Sealed { rows, .. } => rows,
+        other => bail!("seal did not seal: {other:?}"),
+    };
+    println!(
+        "rows={rows} rss_before_mib={before:.0} peak_mib={:.0} wall_s={wall:.2} cpu_s={cpu:.2}",
+        peak_rss_mib()
+    );
+    Ok(())
+}
+
+/// `--seal-memory`: writes `hosts * rows_per_host` rows into one partition,
+/// then seals it in a child process and reports the child's peak memory.
+fn seal_memory(hosts: usize, rows_per_host: usize) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    {
+        let engine = Engine::open(dir.path())?;
+        let cols = columns();
+        // Hosts in slices, so the generated batches never hold the whole set.
+        let slice = 100.min(hosts);
+        let mut done = 0;
+        while done < hosts {
+            let n = slice.min(hosts - done);
+            for b in sealion_bench::tsbs::generate_hosts(done, n, rows_per_host, 50_000) {
+                engine.write(&cols, &[(1, vec![b])])?;
+            }
+            done += n;
+        }
+    }
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(["--seal-only", dir.path().to_str().context("temp dir path")?])
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "seal child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    println!(
+        "| seal of {} rows ({hosts} hosts x {rows_per_host}) in a child process | {} |",
+        hosts * rows_per_host,
+        String::from_utf8_lossy(&out.stdout).trim()
+    );
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--seal-only") {
+        return seal_only(args.get(2).context("--seal-only DIR")?);
+    }
+    let mut memory_only = false;
     let mut hosts = 100usize;
     let mut runs = 5usize;
     let mut rows_per_host = 8_640usize;
-    let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
     while i < args.len() {
         let v = args.get(i + 1).cloned().unwrap_or_default();
         match args[i].as_str() {
+            "--seal-memory" => {
+                memory_only = true;
+                i += 1;
+                continue;
+            }
             "--hosts" => hosts = v.parse().context("--hosts")?,
             "--runs" => runs = v.parse().context("--runs")?,
             "--rows-per-host" => rows_per_host = v.parse().context("--rows-per-host")?,
-            other => bail!("unknown argument {other}; use --hosts N --runs N --rows-per-host N"),
+            other => bail!(
+                "unknown argument {other}; use --hosts N --runs N --rows-per-host N [--seal-memory]"
+            ),
         }
         i += 2;
     }
     if runs == 0 || hosts == 0 || rows_per_host == 0 {
         bail!("--hosts, --runs and --rows-per-host must be positive");
+    }
+    if memory_only {
+        return seal_memory(hosts, rows_per_host);
     }
     let rows = hosts * rows_per_host;
     let values = (rows * FIELDS.len()) as f64;

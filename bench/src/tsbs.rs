@@ -97,9 +97,21 @@ pub fn host_tags(h: usize) -> Vec<String> {
 /// One day of rows for `hosts` hosts, as batches of at most `chunk` rows,
 /// time-major like an agent fleet reporting.
 pub fn generate(hosts: usize, rows_per_host: usize, chunk: usize) -> Vec<RecordBatch> {
+    generate_hosts(0, hosts, rows_per_host, chunk)
+}
+
+/// The rows of hosts `first..first + hosts` only, for data sets generated a
+/// slice of hosts at a time. The random stream is seeded by `first`, so
+/// `generate_hosts(0, n, ..)` is `generate(n, ..)`.
+pub fn generate_hosts(
+    first: usize,
+    hosts: usize,
+    rows_per_host: usize,
+    chunk: usize,
+) -> Vec<RecordBatch> {
     let schema = arrow_schema(&columns());
-    let tags: Vec<Vec<String>> = (0..hosts).map(host_tags).collect();
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let tags: Vec<Vec<String>> = (first..first + hosts).map(host_tags).collect();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ first as u64);
     let mut walk: Vec<[i64; 10]> = (0..hosts)
         .map(|_| std::array::from_fn(|_| rng.below(101) as i64))
         .collect();

@@ -98,6 +98,8 @@ impl StorageServer {
                 reseal_fraction: cfg.reseal_fraction,
             },
             started: std::time::Instant::now(),
+            published_filters: Default::default(),
+            filter_gate: Default::default(),
         });
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
         let storage = GrpcStorageServer::new(StorageService { ctx: ctx.clone() })

@@ -44,6 +44,44 @@ pub struct NodeContext {
     pub last_write: std::sync::Mutex<std::collections::HashMap<u64, std::time::Instant>>,
     pub seal_policy: SealPolicy,
     pub started: std::time::Instant,
+    /// Tag filters this node has published to meta, per partition (true:
+    /// non-empty ones are in meta). A partition missing here is judged by
+    /// the cluster state.
+    pub published_filters: std::sync::Mutex<std::collections::HashMap<u64, bool>>,
+    /// Writes hold it shared from their filter check to their answer;
+    /// publishing filters holds it alone, so a late row is never written
+    /// between "this partition has no late rows" and the filters going out.
+    pub filter_gate: tokio::sync::RwLock<()>,
+}
+
+impl NodeContext {
+    /// Partitions of `ids` whose published tag filters a write would make
+    /// wrong (they describe the sealed file only, and the write adds late
+    /// rows that may carry other tag values).
+    fn filters_to_clear(&self, ids: &[u64]) -> Vec<u64> {
+        let published = self
+            .published_filters
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default();
+        let state = self.meta.state();
+        ids.iter()
+            .copied()
+            .filter(|pid| match published.get(pid) {
+                Some(&has) => has,
+                None => state
+                    .partitions
+                    .iter()
+                    .any(|p| p.id == *pid && !p.tag_filters.is_empty()),
+            })
+            .collect()
+    }
+
+    fn set_published(&self, pid: u64, has: bool) {
+        if let Ok(mut m) = self.published_filters.lock() {
+            m.insert(pid, has);
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -83,7 +121,7 @@ pub async fn seal_due(ctx: &Arc<NodeContext>, pid: u64) -> Result<bool> {
 }
 
 async fn set_state(ctx: &NodeContext, pid: u64, state: sealion_common::proto::PartitionState) {
-    set_state_with(ctx, pid, state, Vec::new()).await
+    set_state_with(ctx, pid, state, Vec::new()).await;
 }
 
 /// Largest tag filter published to meta (meta refuses more); a partition
@@ -95,16 +133,20 @@ async fn set_state_with(
     pid: u64,
     state: sealion_common::proto::PartitionState,
     tag_filters: Vec<u8>,
-) {
+) -> bool {
     let cmd = sealion_common::proto::meta_command::Cmd::SetPartitionState(
         sealion_common::proto::SetPartitionState {
             partition_id: pid,
             state: state as i32,
-            tag_filters: tag_filters.into(),
+            tag_filters,
         },
     );
-    if let Err(e) = ctx.meta.propose(cmd).await {
-        tracing::warn!(partition_id = pid, error = %e, "could not record the partition state in meta");
+    match ctx.meta.propose(cmd).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(partition_id = pid, error = %e, "could not record the partition state in meta");
+            false
+        }
     }
 }
 
@@ -150,12 +192,21 @@ pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResu
         outcome,
         SealOutcome::Sealed { .. } | SealOutcome::Resealed { .. } | SealOutcome::AlreadySealed
     ) {
-        // Publish the file's tag filters with the state, for planners.
-        let filters = match ctx.engine.sealed_file(pid) {
-            Ok(Some(f)) if f.tag_filter_bytes().len() <= MAX_PUBLISHED_FILTER_BYTES => {
+        // Publish the file's tag filters with the state, for planners; but
+        // none while late rows exist (written during the seal, or since):
+        // the filters would not describe them. No write runs meanwhile.
+        let _gate = ctx.filter_gate.write().await;
+        let engine = ctx.engine.clone();
+        let file_and_late = tokio::task::spawn_blocking(move || {
+            Ok::<_, Error>((engine.sealed_file(pid)?, engine.open_rows(pid)?))
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("seal check task failed: {e}")))?;
+        let filters = match file_and_late {
+            Ok((Some(f), 0)) if f.tag_filter_bytes().len() <= MAX_PUBLISHED_FILTER_BYTES => {
                 f.tag_filter_bytes().to_vec()
             }
-            Ok(Some(f)) => {
+            Ok((Some(f), 0)) => {
                 tracing::warn!(
                     partition_id = pid,
                     bytes = f.tag_filter_bytes().len(),
@@ -165,7 +216,11 @@ pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResu
             }
             _ => Vec::new(),
         };
-        set_state_with(ctx, pid, PartitionState::Sealed, filters).await;
+        let has = !filters.is_empty();
+        let recorded = set_state_with(ctx, pid, PartitionState::Sealed, filters).await;
+        // When meta did not take it, older filters may still be there: a
+        // late write must then withdraw them, so count them as published.
+        ctx.set_published(pid, has || !recorded);
         metrics::counter!("sealion_storage_partitions_sealed_total").increment(1);
         tracing::info!(
             partition_id = pid,
@@ -237,6 +292,25 @@ impl Storage for StorageService {
         }
         let ids: Vec<u64> = req.partitions.iter().map(|p| p.partition_id).collect();
         self.ctx.check_held(&ids).await?;
+        let _gate = self.ctx.filter_gate.read().await;
+        // Late rows for a sealed partition: withdraw its tag filters from
+        // meta before the rows exist, so no planner skips the partition for
+        // a tag value only the late rows hold. A reseal publishes new ones.
+        for pid in self.ctx.filters_to_clear(&ids) {
+            let cmd = sealion_common::proto::meta_command::Cmd::SetPartitionState(
+                sealion_common::proto::SetPartitionState {
+                    partition_id: pid,
+                    state: sealion_common::proto::PartitionState::Sealed as i32,
+                    tag_filters: Vec::new(),
+                },
+            );
+            self.ctx.meta.propose(cmd).await.map_err(|e| {
+                Status::unavailable(format!(
+                    "could not withdraw the tag filters of sealed partition {pid} before a late write: {e}"
+                ))
+            })?;
+            self.ctx.set_published(pid, false);
+        }
         if let Ok(mut last) = self.ctx.last_write.lock() {
             let now = std::time::Instant::now();
             for id in &ids {
