@@ -15,7 +15,10 @@ targets=("$@")
 
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
 export CARGO_TARGET_DIR_MAIN="${CARGO_TARGET_DIR:-$HOME/.cache/sealion-target}"
-CARGO_TARGET_DIR="$CARGO_TARGET_DIR_MAIN" cargo run --workspace --quiet --example fuzz_seeds -- fuzz/seeds
+# Built with --workspace like every other build of the main tree (a -p build
+# would resolve features differently and rebuild dependencies).
+CARGO_TARGET_DIR="$CARGO_TARGET_DIR_MAIN" cargo build --workspace --quiet --examples
+"$CARGO_TARGET_DIR_MAIN/debug/examples/fuzz_seeds" fuzz/seeds
 unset CARGO_TARGET_DIR
 
 for t in "${targets[@]}"; do

@@ -23,8 +23,10 @@ use sealion_partial::{AggregateKind, State, SumOf, Value as PValue};
 use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
 use crate::columnar::{ColumnValues, Page, StatValue, Sum};
 use crate::rows::{Value, decode_fields};
+use crate::scan::predicate::{Expr, compare};
 use crate::scan::{CallSource, Metrics, Mode, Output, SeriesCtx, update};
 use crate::{Error, Result, SCAN_BATCH_ROWS};
+use sealion_common::proto::CompareOp;
 
 /// Row ranges `[a, b)` of one row group (group-local), each inside one
 /// series (the index into `SealedFile::series`).
@@ -219,6 +221,33 @@ impl SealedFile {
         let Some(filter) = &q.filter else {
             return Ok(Some((ranges, dec)));
         };
+        // Pages whose statistics prove a top-level conjunct false for every
+        // row (or hold only nulls, for which it is unknown) drop their rows
+        // before anything is decoded.
+        let conjuncts: Vec<&Expr> = match &filter.expr {
+            Expr::All(terms) => terms.iter().collect(),
+            e => vec![e],
+        };
+        for e in conjuncts {
+            let Expr::Cmp { col, op, lit } = e else {
+                continue;
+            };
+            let Source::Chunk(c) = self.source_of(&filter.columns[*col])? else {
+                continue;
+            };
+            for info in &group.chunks[c] {
+                if page_excludes(info, *op, lit) {
+                    let (x, y) = (
+                        info.first_row as usize,
+                        (info.first_row + info.rows) as usize,
+                    );
+                    ranges = subtract(&ranges, x, y);
+                }
+            }
+        }
+        if ranges.is_empty() {
+            return Ok(Some((ranges, dec)));
+        }
         // Lazy decode: the filter's columns first, and only for selected rows.
         let mut sources = Vec::with_capacity(filter.columns.len());
         for c in &filter.columns {
@@ -655,6 +684,56 @@ impl SealedFile {
         }
         Ok(touched)
     }
+}
+
+/// Whether a page's statistics prove `value <op> lit` false (or unknown)
+/// for each of its rows. Statistics order values as the predicate does
+/// (floats in total order), so the proof is exact.
+fn page_excludes(info: &PageInfo, op: CompareOp, lit: &Value) -> bool {
+    if info.null_count == info.rows {
+        return true;
+    }
+    let (Some(min), Some(max)) = (&info.min, &info.max) else {
+        return false;
+    };
+    let as_value = |v: &StatValue| match v {
+        StatValue::Float64(x) => Value::F64(*x),
+        StatValue::Int64(x) | StatValue::Timestamp(x) => Value::I64(*x),
+        StatValue::UInt64(x) => Value::U64(*x),
+        StatValue::Bool(x) => Value::Bool(*x),
+        StatValue::Text(x) => Value::Str(x.clone()),
+    };
+    let (Some(lo), Some(hi)) = (compare(&as_value(min), lit), compare(&as_value(max), lit)) else {
+        return false;
+    };
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    match op {
+        CompareOp::CmpEq => lo == Greater || hi == Less,
+        CompareOp::CmpNe => lo == Equal && hi == Equal,
+        CompareOp::CmpLt => lo != Less,
+        CompareOp::CmpLe => lo == Greater,
+        CompareOp::CmpGt => hi != Greater,
+        CompareOp::CmpGe => hi == Less,
+        CompareOp::Unspecified => false,
+    }
+}
+
+/// `ranges` without the rows `[x, y)`.
+fn subtract(ranges: &Ranges, x: usize, y: usize) -> Ranges {
+    let mut out = Vec::with_capacity(ranges.len() + 1);
+    for &(a, b, s) in ranges {
+        if b <= x || y <= a {
+            out.push((a, b, s));
+            continue;
+        }
+        if a < x {
+            out.push((a, x, s));
+        }
+        if y < b {
+            out.push((y, b, s));
+        }
+    }
+    out
 }
 
 fn no_group() -> Error {
