@@ -429,12 +429,27 @@ impl Engine {
     pub fn scan(
         &self,
         req: &ScanRequest,
+        emit: impl FnMut(RecordBatch) -> bool,
+    ) -> Result<ScanMetrics> {
+        self.scan_until(req, &|| false, emit)
+    }
+
+    /// [`Engine::scan`] that also stops once `cancelled` answers true.
+    pub fn scan_until(
+        &self,
+        req: &ScanRequest,
+        cancelled: &dyn Fn() -> bool,
         mut emit: impl FnMut(RecordBatch) -> bool,
     ) -> Result<ScanMetrics> {
         let query = Query::compile(req)?;
         let mut sink = |batch: RecordBatch| emit(batch);
-        let mut out = Output::new(&query, &mut sink);
+        let mut out = Output::new(&query, &mut sink).with_cancel(cancelled);
+        // A partition named twice is read once.
+        let mut seen = std::collections::HashSet::new();
         for &pid in &req.partition_ids {
+            if !seen.insert(pid) {
+                continue;
+            }
             if out.done() {
                 break;
             }
@@ -464,8 +479,14 @@ impl Engine {
                         f.run(&mut out)?;
                     } else {
                         Metrics::add(&out.metrics.sealed_partitions_merged, 1);
+                        Metrics::add(&out.metrics.row_groups_total, f.row_groups().len() as u64);
+                        let before = sealion_format::sealed::pages_decoded();
                         let rows = merge_rows(without_deleted(f.rows(), deletes, pid), late);
                         scan_rows(&mut out, pid, rows)?;
+                        Metrics::add(
+                            &out.metrics.pages_decoded,
+                            sealion_format::sealed::pages_decoded() - before,
+                        );
                     }
                 }
             }

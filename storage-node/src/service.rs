@@ -34,6 +34,8 @@ use sealion_format::scan::{Mode, Query, aggregate_schema};
 pub const MAX_WRITE_BYTES: usize = 64 << 20;
 /// Batches a scan may have in flight towards the client before it waits.
 const SCAN_CHANNEL_BATCHES: usize = 4;
+/// Longest a scan waits for its reader to take the next batch.
+const SCAN_SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// What the services share: the engine, this node's id and meta.
 pub struct NodeContext {
@@ -521,9 +523,14 @@ impl FlightService for FlightScanService {
         let engine = self.ctx.engine.clone();
         tokio::task::spawn_blocking(move || {
             let mut bytes = 0u64;
-            let result = engine.scan(&scan, |batch| {
+            let handle = tokio::runtime::Handle::current();
+            let result = engine.scan_until(&scan, &|| tx.is_closed(), |batch| {
                 bytes += batch.get_array_memory_size() as u64;
-                tx.blocking_send(Ok(batch)).is_ok()
+                // A reader that stops reading for this long loses its scan
+                // (and this thread and the snapshot it holds are freed).
+                handle
+                    .block_on(tx.send_timeout(Ok(batch), SCAN_SEND_TIMEOUT))
+                    .is_ok()
             });
             match result {
                 Ok(mut m) => {

@@ -47,6 +47,20 @@ use crate::{Error, Result, SCAN_BATCH_ROWS};
 
 /// Most groups one aggregate scan may hold (a bound on the node's memory).
 pub const MAX_GROUPS: usize = 1_000_000;
+/// Most partial states (groups times calls) one aggregate scan may hold.
+pub const MAX_GROUP_STATES: usize = 4_000_000;
+/// Most sketch states (percentile, approx_distinct, count(DISTINCT)) one
+/// aggregate scan may hold: a HyperLogLog is 16 KiB once dense, so this
+/// bounds them to 1 GiB.
+pub const MAX_SKETCH_STATES: usize = 65_536;
+
+fn is_sketch(k: AggregateKind) -> bool {
+    matches!(
+        k,
+        AggregateKind::Percentile | AggregateKind::ApproxDistinct | AggregateKind::ExactDistinct
+    )
+}
+
 /// Largest limit of a time-ordered scan (the node keeps that many rows).
 pub const MAX_ORDERED_LIMIT: u64 = 1_000_000;
 /// Most aggregate calls and group tags in one request.
@@ -458,6 +472,8 @@ pub struct Output<'a> {
     /// Rows handed on (rows mode), against the limit.
     emitted: u64,
     stopped: bool,
+    /// Asked now and then: true once whoever waits for the answer is gone.
+    cancelled: Option<&'a dyn Fn() -> bool>,
     pub metrics: Metrics,
 }
 
@@ -487,14 +503,23 @@ impl<'a> Output<'a> {
             emit,
             emitted: 0,
             stopped: false,
+            cancelled: None,
             metrics: Metrics::default(),
         }
+    }
+
+    /// Stops the scan early once `cancelled` answers true (the caller's
+    /// client went away), even in modes that answer only at the end.
+    pub fn with_cancel(mut self, cancelled: &'a dyn Fn() -> bool) -> Self {
+        self.cancelled = Some(cancelled);
+        self
     }
 
     /// True once no further row can change the answer: the consumer stopped,
     /// or a rows-mode limit was reached.
     pub fn done(&self) -> bool {
         self.stopped
+            || self.cancelled.is_some_and(|c| c())
             || (matches!(self.collector, Collector::Rows { .. })
                 && self.emitted >= self.query.limit)
     }
@@ -646,9 +671,14 @@ impl<'a> Output<'a> {
         if let Some(&g) = index.get(&key) {
             return Ok(g);
         }
-        if keys.len() >= MAX_GROUPS {
+        let sketches = plan.calls.iter().filter(|c| is_sketch(c.kind)).count();
+        if keys.len() >= MAX_GROUPS
+            || (keys.len() + 1) * plan.calls.len() > MAX_GROUP_STATES
+            || (keys.len() + 1) * sketches > MAX_SKETCH_STATES
+        {
             return Err(Error::Invalid(format!(
-                "the aggregate has more than {MAX_GROUPS} groups on one storage node; narrow the time range or group by fewer tags"
+                "the aggregate needs more than {} groups on one storage node (limits: {MAX_GROUPS} groups, {MAX_GROUP_STATES} states, {MAX_SKETCH_STATES} sketches); narrow the time range, widen the time bucket or group by fewer tags",
+                keys.len()
             )));
         }
         let fresh = plan
@@ -818,6 +848,17 @@ pub fn scan_rows(
     partition_id: u64,
     rows: impl Iterator<Item = Result<SortedRow>>,
 ) -> Result<()> {
+    scan_rows_with(out, partition_id, rows, &mut |_| {})
+}
+
+/// [`scan_rows`], calling `on_match` with the series key of each row that
+/// reaches the answer.
+pub fn scan_rows_with(
+    out: &mut Output<'_>,
+    partition_id: u64,
+    rows: impl Iterator<Item = Result<SortedRow>>,
+    on_match: &mut dyn FnMut(&[u8]),
+) -> Result<()> {
     let q = out.query;
     let needs_fields = q.needs_fields();
     let mut cached: Option<(Vec<u8>, SeriesCtx)> = None;
@@ -859,6 +900,7 @@ pub fn scan_rows(
         {
             continue;
         }
+        on_match(&row.series);
         out.push_row(
             partition_id,
             &row.series,

@@ -92,7 +92,7 @@ thread_local! {
 }
 
 /// Pages decoded by this thread so far.
-pub(crate) fn pages_decoded() -> u64 {
+pub fn pages_decoded() -> u64 {
     PAGES_DECODED.with(std::cell::Cell::get)
 }
 

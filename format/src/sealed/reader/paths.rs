@@ -22,10 +22,11 @@ use sealion_partial::{AggregateKind, State, SumOf, Value as PValue};
 
 use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
 use crate::columnar::{ColumnValues, Page, StatValue, Sum};
-use crate::rows::{Value, decode_fields};
+use crate::rows::{ColumnBuilder, Value, decode_fields, decode_series};
 use crate::scan::predicate::{Expr, compare};
 use crate::scan::{CallSource, Metrics, Mode, Output, SeriesCtx, update};
 use crate::{Error, Result, SCAN_BATCH_ROWS};
+use sealion_common::proto::ColumnKind;
 use sealion_common::proto::CompareOp;
 
 /// Row ranges `[a, b)` of one row group (group-local), each inside one
@@ -110,6 +111,7 @@ impl SealedFile {
     /// that no late rows or deletes are pending for it.
     pub fn run(&self, out: &mut Output<'_>) -> Result<()> {
         let before = pages_decoded();
+        let from_stats_before = out.metrics.pages_from_stats.get();
         let q = out.query;
         Metrics::add(&out.metrics.row_groups_total, self.groups.len() as u64);
         let mut ctxs = Vec::with_capacity(self.series.len());
@@ -138,7 +140,7 @@ impl SealedFile {
             .sum();
         Metrics::add(
             &out.metrics.pages_skipped,
-            total.saturating_sub(decoded + out.metrics.pages_from_stats.get()),
+            total.saturating_sub(decoded + out.metrics.pages_from_stats.get() - from_stats_before),
         );
         Ok(())
     }
@@ -196,19 +198,26 @@ impl SealedFile {
         dec.chunks[self.time_chunk] = Some(time_pages);
         let base = group.first_row;
         let mut ranges: Ranges = Vec::new();
+        // Both lists are sorted and disjoint: one merge pass intersects them.
+        let mut t = 0;
         for s in s0..=s1 {
-            if !ctxs[s].passes {
-                continue;
-            }
             let info = &self.series[s];
             let a = info.first_row.saturating_sub(base) as usize;
             let b = ((info.first_row + info.rows).saturating_sub(base) as usize)
                 .min(group.rows as usize);
-            for &(x, y) in &times {
-                let (lo, hi) = (a.max(x), b.min(y));
+            while t < times.len() && times[t].1 <= a {
+                t += 1;
+            }
+            if !ctxs[s].passes {
+                continue;
+            }
+            let mut k = t;
+            while k < times.len() && times[k].0 < b {
+                let (lo, hi) = (a.max(times[k].0), b.min(times[k].1));
                 if lo < hi {
                     ranges.push((lo, hi, s));
                 }
+                k += 1;
             }
         }
         if ranges.is_empty() {
@@ -282,9 +291,6 @@ impl SealedFile {
                 kept.push((x, b, s));
             }
         }
-        if kept.is_empty() {
-            return Ok(Some((kept, dec)));
-        }
         Ok(Some((kept, dec)))
     }
 
@@ -319,7 +325,7 @@ impl SealedFile {
                     self.ensure(g, c, &ranges, &mut dec)?;
                 }
             }
-            for &(a, b, _) in &ranges {
+            for &(a, b, series) in &ranges {
                 let mut a = a;
                 while a < b {
                     let room = out.room().saturating_sub(batch.rows as u64);
@@ -329,6 +335,24 @@ impl SealedFile {
                     let take = (SCAN_BATCH_ROWS - batch.rows).min(b - a).min(room as usize);
                     for (k, s) in sources.iter().enumerate() {
                         match *s {
+                            // A tag sealed without a column of its own (the
+                            // table's columns were older than the rows) is
+                            // still in every row's series key.
+                            Source::Missing if q.projection[k].kind() == ColumnKind::Tag => {
+                                let key = &self.series[series].key;
+                                let tags = decode_series(key).ok_or_else(|| Error::Corrupt {
+                                    partition_id: self.partition_id,
+                                    reason: "bad series key in the directory".into(),
+                                })?;
+                                let name = &q.projection[k].name;
+                                match (&mut batch.builders[k], tags.iter().find(|(n, _)| n == name))
+                                {
+                                    (ColumnBuilder::Str(b), Some((_, v))) => {
+                                        (0..take).for_each(|_| b.append_value(v));
+                                    }
+                                    (builder, _) => builder.append_nulls(take),
+                                }
+                            }
                             Source::Missing => batch.builders[k].append_nulls(take),
                             Source::Chunk(c) => {
                                 let pages = dec.chunks[c].as_deref().unwrap_or_default();
@@ -368,6 +392,9 @@ impl SealedFile {
             return Err(Error::Internal("not an aggregate scan".into()));
         };
         let mut touched = 0;
+        // Pages folded from statistics, each counted once however many
+        // calls used it.
+        let mut folded: std::collections::HashSet<(usize, usize, usize)> = Default::default();
         for g in 0..self.groups.len() {
             if out.done() {
                 break;
@@ -396,8 +423,11 @@ impl SealedFile {
                     if let (Some(StatValue::Timestamp(t0)), Some(StatValue::Timestamp(t1))) =
                         (&info.min, &info.max)
                     {
-                        let b0 = plan.bucket(*t0)?;
-                        if b0 == plan.bucket(*t1)? {
+                        // The page may hold rows outside the selection whose
+                        // bucket is out of range: only a clean proof counts.
+                        if let (Ok(b0), Ok(b1)) = (plan.bucket(*t0), plan.bucket(*t1))
+                            && b0 == b1
+                        {
                             runs.push((lo, hi, s, out.group(b0, &ctxs[s])?));
                             continue;
                         }
@@ -493,7 +523,7 @@ impl SealedFile {
                                 {
                                     let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
                                     if self.fold_page_stats(g, c, p, st)? {
-                                        Metrics::add(&out.metrics.pages_from_stats, 1);
+                                        folded.insert((g, c, p));
                                         continue;
                                     }
                                 }
@@ -527,6 +557,7 @@ impl SealedFile {
                 }
             }
         }
+        Metrics::add(&out.metrics.pages_from_stats, folded.len() as u64);
         Ok(touched)
     }
 
@@ -551,7 +582,9 @@ impl SealedFile {
                 match stats.sum {
                     Some(Sum::Int(x)) => Some(SumOf::Int(x)),
                     Some(Sum::UInt(x)) => Some(SumOf::UInt(x)),
-                    Some(Sum::Float(x)) if x.is_finite() => Some(SumOf::Float(x)),
+                    // A page's float sum is a plain loop; a state adds value by
+                    // value with compensation. The answer must not depend on
+                    // the path, so float sums are decoded.
                     _ => return Ok(false),
                 }
             }
@@ -591,6 +624,7 @@ impl SealedFile {
     fn run_last(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx]) -> Result<u64> {
         let q = out.query;
         let mut touched = std::collections::BTreeSet::new();
+        let mut pending = Vec::new();
         for (s, info) in self.series.iter().enumerate() {
             if out.done() {
                 break;
@@ -622,27 +656,55 @@ impl SealedFile {
                     continue;
                 }
             }
-            // The series' row groups, newest first; the first group holding a
-            // match holds the newest one.
+            pending.push(s);
+        }
+        // Series the directory could not answer: their row groups newest
+        // first, each group decoded once for all of its pending series; a
+        // series is settled by the first (newest) group holding a match.
+        let mut by_group: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for &s in &pending {
+            let info = &self.series[s];
             let first = self
                 .groups
                 .partition_point(|g| g.first_row + u64::from(g.rows) <= info.first_row);
             let last = self
                 .groups
                 .partition_point(|g| g.first_row < info.first_row + info.rows);
-            for g in (first..last).rev() {
-                let group = &self.groups[g];
-                if group.max_time_ns < q.start_ns || group.min_time_ns >= q.end_ns {
-                    continue;
+            for g in first..last {
+                by_group.entry(g).or_default().push(s);
+            }
+        }
+        let mut settled = vec![false; self.series.len()];
+        for (&g, series) in by_group.iter().rev() {
+            if out.done() {
+                break;
+            }
+            let group = &self.groups[g];
+            if group.max_time_ns < q.start_ns || group.min_time_ns >= q.end_ns {
+                continue;
+            }
+            let wanted: std::collections::HashSet<&[u8]> = series
+                .iter()
+                .filter(|&&s| !settled[s])
+                .map(|&s| self.series[s].key.as_slice())
+                .collect();
+            if wanted.is_empty() {
+                continue;
+            }
+            touched.insert(g);
+            let rows = self.rows_of_groups(vec![g]).filter(|r| {
+                r.as_ref()
+                    .map_or(true, |r| wanted.contains(r.series.as_slice()))
+            });
+            let mut matched: Vec<Vec<u8>> = Vec::new();
+            crate::scan::scan_rows_with(out, self.partition_id, rows, &mut |key: &[u8]| {
+                if matched.last().is_none_or(|m| m.as_slice() != key) {
+                    matched.push(key.to_vec());
                 }
-                touched.insert(g);
-                let rows = self
-                    .rows_of_groups(vec![g])
-                    .filter(|r| r.as_ref().map_or(true, |r| r.series == info.key));
-                let before = out.metrics.rows_matched.get();
-                crate::scan::scan_rows(out, self.partition_id, rows)?;
-                if out.metrics.rows_matched.get() > before {
-                    break;
+            })?;
+            for &s in series {
+                if matched.iter().any(|k| *k == self.series[s].key) {
+                    settled[s] = true;
                 }
             }
         }
