@@ -11,6 +11,7 @@ pub mod error;
 pub mod http;
 pub mod lineproto;
 pub mod pg;
+pub mod pushdown;
 pub mod router;
 pub mod server;
 pub mod sql;

@@ -226,7 +226,25 @@ impl TableProvider for SealionTable {
             return Ok(Arc::new(EmptyExec::new(schema)));
         }
         let state = self.meta.state();
-        let parts = partitions_overlapping(&state, self.table.id, range.start_ns, range.end_ns);
+        let pushed = crate::pushdown::push(&self.table, filters);
+        let overlapping =
+            partitions_overlapping(&state, self.table.id, range.start_ns, range.end_ns);
+        let total = overlapping.len();
+        // Sealed partitions whose published tag filters cannot hold the
+        // values asked for are never contacted.
+        let parts: Vec<_> = overlapping
+            .into_iter()
+            .filter(|p| !crate::pushdown::ruled_out_by_tags(p, &pushed.tag_sets))
+            .collect();
+        metrics::counter!("sealion_query_partitions_pruned_by_tag_filter_total")
+            .increment((total - parts.len()) as u64);
+        metrics::counter!("sealion_query_partitions_scanned_total").increment(parts.len() as u64);
+        tracing::debug!(
+            table = %self.table.name,
+            partitions = total,
+            pruned_by_tag_filter = total - parts.len(),
+            "scan planned"
+        );
         // One stream per storage node, each covering that node's partitions.
         let mut by_node: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
         for p in parts {
@@ -255,6 +273,8 @@ impl TableProvider for SealionTable {
                 projection: columns.clone(),
                 table_columns: self.table.columns.clone(),
                 limit: limit.map_or(0, |l| l as u64),
+                tag_predicates: pushed.tags.clone(),
+                field_predicate: pushed.field.clone(),
                 ..Default::default()
             };
             streams.push(Arc::new(NodeScan {

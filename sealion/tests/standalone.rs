@@ -598,6 +598,36 @@ async fn sealing_on_demand_keeps_answers_and_late_rows_win_until_a_reseal() {
         assert!(filter > 0 && filter < 4096, "tag filter of {filter} bytes");
     }
     check_per_host(&s.http, &s.pg_addr, &data).await;
+
+    // With no time predicate, a host no sealed partition holds is answered
+    // without contacting any partition; a host they hold reads all three.
+    let pruned = || async {
+        counter(
+            &s.http,
+            "sealion_query_partitions_pruned_by_tag_filter_total",
+        )
+        .await
+    };
+    let before = pruned().await;
+    let rows = s
+        .http
+        .rows(
+            "public",
+            "SELECT count(*) FROM cpu WHERE host = 'host_nope'",
+        )
+        .await;
+    assert_eq!(rows[0][0], 0);
+    assert_eq!(pruned().await - before, 3.0);
+    let rows = s
+        .http
+        .rows(
+            "public",
+            "SELECT count(*), max(usage) FROM cpu WHERE host = 'host_3' AND usage >= 0",
+        )
+        .await;
+    assert_eq!(rows[0][0], 3 * 288);
+    assert_eq!(pruned().await - before, 3.0, "host_3 is in every partition");
+
     let (status, body) = s.http.sql("public", "SELECT count(*) FROM cpu WHERE host = 'host_3' AND time >= '2024-01-02T06:00:00Z' AND time < '2024-01-02T07:00:00Z'").await;
     assert_eq!((status, body["rows"][0][0].as_i64()), (200, Some(12)));
 
@@ -899,4 +929,21 @@ async fn a_corrupt_sealed_file_is_reported_as_corrupt_never_read_as_values() {
         "{body}"
     );
     assert!(msg.contains(".slf"), "the error names the file: {body}");
+}
+
+/// The value of a counter on the query node's /metrics page (0 if absent).
+async fn counter(http: &Http, name: &str) -> f64 {
+    let body = http
+        .client
+        .get(format!("{}/metrics", http.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

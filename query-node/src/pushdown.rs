@@ -1,0 +1,356 @@
+//! What of a query's filters the storage nodes can apply themselves, and
+//! which partitions the tag filters published to meta rule out.
+//!
+//! Filters are still applied by DataFusion above the scan (the table reports
+//! them `Inexact`), so a filter pushed here can only save work: rows a node
+//! drops are rows DataFusion would have dropped. What is pushed follows the
+//! node's rules exactly (SQL three-valued logic, floats in IEEE total order
+//! as Arrow compares them), and only shapes the node accepts are pushed: a
+//! filter the node would refuse is left to DataFusion alone.
+
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
+use sealion_common::proto::{
+    ColumnKind, CompareOp, DataType, FieldCompare, FieldPredicate, FieldPredicateList, Literal,
+    Partition, Table, TagOp, TagPredicate, field_predicate, literal,
+};
+use sealion_format::sealed::TagFilters;
+
+/// Most values pushed in one IN list (the node's own limit is higher).
+const MAX_PUSHED_IN_VALUES: usize = 10_000;
+
+/// The part of a scan's filters that storage nodes evaluate.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Pushed {
+    pub tags: Vec<TagPredicate>,
+    pub field: Option<FieldPredicate>,
+    /// Per tag compared with `=` or `IN`: the values it may take. A
+    /// partition whose tag filters hold none of them cannot match.
+    pub tag_sets: Vec<(String, Vec<String>)>,
+}
+
+fn column_of<'a>(table: &'a Table, e: &Expr) -> Option<&'a sealion_common::proto::Column> {
+    match e {
+        Expr::Column(c) => table.columns.iter().find(|x| x.name == c.name),
+        _ => None,
+    }
+}
+
+fn text(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Literal(
+            ScalarValue::Utf8(Some(s))
+            | ScalarValue::LargeUtf8(Some(s))
+            | ScalarValue::Utf8View(Some(s)),
+            _,
+        ) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn is_tag(table: &Table, e: &Expr) -> Option<String> {
+    column_of(table, e)
+        .filter(|c| c.kind() == ColumnKind::Tag)
+        .map(|c| c.name.clone())
+}
+
+/// `tag = 'v'`, `'v' = tag`, an OR of those on one tag, or `tag IN (...)`.
+fn tag_in(table: &Table, e: &Expr) -> Option<(String, Vec<String>)> {
+    match e {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Eq,
+            right,
+        }) => match (
+            is_tag(table, left),
+            text(right),
+            is_tag(table, right),
+            text(left),
+        ) {
+            (Some(t), Some(v), _, _) | (_, _, Some(t), Some(v)) => Some((t, vec![v])),
+            _ => None,
+        },
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Or,
+            right,
+        }) => {
+            let (a, mut va) = tag_in(table, left)?;
+            let (b, vb) = tag_in(table, right)?;
+            (a == b).then(|| {
+                va.extend(vb);
+                (a, va)
+            })
+        }
+        Expr::InList(list) if !list.negated => {
+            let values: Option<Vec<String>> = list.list.iter().map(text).collect();
+            Some((is_tag(table, &list.expr)?, values?))
+        }
+        _ => None,
+    }
+}
+
+fn tag_predicate(table: &Table, e: &Expr) -> Option<TagPredicate> {
+    let pred = |column: String, op: TagOp, values: Vec<String>| TagPredicate {
+        column,
+        op: op as i32,
+        values,
+    };
+    if let Some((t, values)) = tag_in(table, e) {
+        return Some(pred(t, TagOp::TagIn, values));
+    }
+    match e {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::NotEq,
+            right,
+        }) => match (
+            is_tag(table, left),
+            text(right),
+            is_tag(table, right),
+            text(left),
+        ) {
+            (Some(t), Some(v), _, _) | (_, _, Some(t), Some(v)) => {
+                Some(pred(t, TagOp::TagNe, vec![v]))
+            }
+            _ => None,
+        },
+        Expr::InList(list) if list.negated => {
+            let values: Option<Vec<String>> = list.list.iter().map(text).collect();
+            Some(pred(is_tag(table, &list.expr)?, TagOp::TagNotIn, values?))
+        }
+        Expr::IsNull(inner) => Some(pred(is_tag(table, inner)?, TagOp::TagIsNull, vec![])),
+        Expr::IsNotNull(inner) => Some(pred(is_tag(table, inner)?, TagOp::TagIsNotNull, vec![])),
+        _ => None,
+    }
+}
+
+/// A literal the node can compare with a column of type `ty`.
+fn literal_for(ty: DataType, v: &ScalarValue) -> Option<Literal> {
+    let numeric = matches!(ty, DataType::Float64 | DataType::Int64 | DataType::Uint64);
+    let value = match v {
+        ScalarValue::Float64(Some(x)) if numeric => literal::Value::F64(*x),
+        ScalarValue::Float32(Some(x)) if numeric => literal::Value::F64(f64::from(*x)),
+        ScalarValue::Int64(Some(x)) if numeric => literal::Value::I64(*x),
+        ScalarValue::Int32(Some(x)) if numeric => literal::Value::I64(i64::from(*x)),
+        ScalarValue::Int16(Some(x)) if numeric => literal::Value::I64(i64::from(*x)),
+        ScalarValue::Int8(Some(x)) if numeric => literal::Value::I64(i64::from(*x)),
+        ScalarValue::UInt64(Some(x)) if numeric => literal::Value::U64(*x),
+        ScalarValue::UInt32(Some(x)) if numeric => literal::Value::U64(u64::from(*x)),
+        ScalarValue::UInt16(Some(x)) if numeric => literal::Value::U64(u64::from(*x)),
+        ScalarValue::UInt8(Some(x)) if numeric => literal::Value::U64(u64::from(*x)),
+        ScalarValue::Boolean(Some(x)) if ty == DataType::Bool => literal::Value::Bool(*x),
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s))
+            if ty == DataType::String =>
+        {
+            literal::Value::Str(s.clone())
+        }
+        _ => return None,
+    };
+    Some(Literal { value: Some(value) })
+}
+
+fn field_column<'a>(table: &'a Table, e: &Expr) -> Option<&'a sealion_common::proto::Column> {
+    column_of(table, e).filter(|c| matches!(c.kind(), ColumnKind::Field | ColumnKind::Unspecified))
+}
+
+fn compare_op(op: Operator) -> Option<(CompareOp, CompareOp)> {
+    // (op as written, op with its sides swapped)
+    Some(match op {
+        Operator::Eq => (CompareOp::CmpEq, CompareOp::CmpEq),
+        Operator::NotEq => (CompareOp::CmpNe, CompareOp::CmpNe),
+        Operator::Lt => (CompareOp::CmpLt, CompareOp::CmpGt),
+        Operator::LtEq => (CompareOp::CmpLe, CompareOp::CmpGe),
+        Operator::Gt => (CompareOp::CmpGt, CompareOp::CmpLt),
+        Operator::GtEq => (CompareOp::CmpGe, CompareOp::CmpLe),
+        _ => return None,
+    })
+}
+
+/// A filter over field columns in the node's terms, when it has one.
+fn field_predicate(table: &Table, e: &Expr) -> Option<FieldPredicate> {
+    let wrap = |expr| Some(FieldPredicate { expr: Some(expr) });
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+            Operator::And => wrap(field_predicate::Expr::All(FieldPredicateList {
+                terms: vec![
+                    field_predicate(table, left)?,
+                    field_predicate(table, right)?,
+                ],
+            })),
+            Operator::Or => wrap(field_predicate::Expr::Any(FieldPredicateList {
+                terms: vec![
+                    field_predicate(table, left)?,
+                    field_predicate(table, right)?,
+                ],
+            })),
+            op => {
+                let (as_written, swapped) = compare_op(*op)?;
+                let (col, op, lit) = match (left.as_ref(), right.as_ref()) {
+                    (c, Expr::Literal(v, _)) => (field_column(table, c)?, as_written, v),
+                    (Expr::Literal(v, _), c) => (field_column(table, c)?, swapped, v),
+                    _ => return None,
+                };
+                wrap(field_predicate::Expr::Compare(FieldCompare {
+                    column: col.name.clone(),
+                    op: op as i32,
+                    value: Some(literal_for(col.data_type(), lit)?),
+                }))
+            }
+        },
+        Expr::Not(inner) => wrap(field_predicate::Expr::Not(Box::new(field_predicate(
+            table, inner,
+        )?))),
+        Expr::IsNull(inner) => wrap(field_predicate::Expr::IsNull(
+            field_column(table, inner)?.name.clone(),
+        )),
+        Expr::IsNotNull(inner) => wrap(field_predicate::Expr::IsNotNull(
+            field_column(table, inner)?.name.clone(),
+        )),
+        _ => None,
+    }
+}
+
+/// Splits `filters` into what the nodes evaluate; the rest stays with
+/// DataFusion only.
+pub fn push(table: &Table, filters: &[Expr]) -> Pushed {
+    let mut out = Pushed::default();
+    let mut fields = Vec::new();
+    for e in filters.iter().flat_map(|f| split_conjunction(f)) {
+        if let Some(p) = tag_predicate(table, e) {
+            if p.values.len() > MAX_PUSHED_IN_VALUES {
+                continue;
+            }
+            if p.op() == TagOp::TagIn {
+                out.tag_sets.push((p.column.clone(), p.values.clone()));
+            }
+            out.tags.push(p);
+        } else if let Some(p) = field_predicate(table, e) {
+            fields.push(p);
+        }
+    }
+    out.field = match fields.len() {
+        0 => None,
+        1 => fields.pop(),
+        _ => Some(FieldPredicate {
+            expr: Some(field_predicate::Expr::All(FieldPredicateList {
+                terms: fields,
+            })),
+        }),
+    };
+    out
+}
+
+/// Whether a partition's published tag filters rule it out for `tag_sets`:
+/// for some tag, none of the allowed values may be in it. A partition with
+/// no published filters (open, or late rows since its seal) is never ruled
+/// out, nor one whose filters do not parse.
+pub fn ruled_out_by_tags(p: &Partition, tag_sets: &[(String, Vec<String>)]) -> bool {
+    if tag_sets.is_empty() || p.tag_filters.is_empty() {
+        return false;
+    }
+    let Ok(filters) = TagFilters::from_bytes(&p.tag_filters) else {
+        return false;
+    };
+    tag_sets
+        .iter()
+        .any(|(tag, values)| !values.iter().any(|v| filters.may_contain(tag, v)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::{col, lit};
+    use sealion_common::proto::Column;
+
+    fn table() -> Table {
+        let c = |n: &str, k: ColumnKind, t: DataType| Column {
+            name: n.into(),
+            kind: k as i32,
+            data_type: t as i32,
+        };
+        Table {
+            name: "cpu".into(),
+            columns: vec![
+                c("time", ColumnKind::Time, DataType::Timestamp),
+                c("host", ColumnKind::Tag, DataType::String),
+                c("usage", ColumnKind::Field, DataType::Float64),
+                c("note", ColumnKind::Field, DataType::String),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn tag_and_field_conjuncts_are_pushed_in_the_nodes_terms() {
+        let t = table();
+        let filters = vec![
+            col("host").eq(lit("a")).or(col("host").eq(lit("b"))),
+            lit(5.0).lt(col("usage")).and(col("note").is_not_null()),
+            col("host").not_eq(lit("c")),
+        ];
+        let p = push(&t, &filters);
+        assert_eq!(
+            p.tag_sets,
+            vec![("host".to_string(), vec!["a".to_string(), "b".to_string()])]
+        );
+        assert_eq!(p.tags.len(), 2);
+        assert_eq!(p.tags[1].op(), TagOp::TagNe);
+        let Some(field_predicate::Expr::All(list)) = p.field.and_then(|f| f.expr) else {
+            panic!("two field conjuncts make an AND");
+        };
+        let Some(field_predicate::Expr::Compare(c)) = &list.terms[0].expr else {
+            panic!("a comparison");
+        };
+        // `5 < usage` is `usage > 5` from the column's side.
+        assert_eq!((c.column.as_str(), c.op()), ("usage", CompareOp::CmpGt));
+    }
+
+    #[test]
+    fn shapes_the_node_would_refuse_stay_with_datafusion() {
+        let t = table();
+        // A tag against a field in one OR, a text literal against a float, a
+        // function of a column: none is pushed.
+        let filters = vec![
+            col("host").eq(lit("a")).or(col("usage").gt(lit(1.0))),
+            col("usage").eq(lit("x")),
+            datafusion::functions::expr_fn::abs(col("usage")).gt(lit(1.0)),
+        ];
+        assert_eq!(push(&t, &filters), Pushed::default());
+    }
+
+    #[test]
+    fn published_filters_rule_out_partitions_that_cannot_hold_the_values() {
+        let mut values = std::collections::BTreeMap::new();
+        values.insert(
+            "host".to_string(),
+            ["a", "b"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<std::collections::BTreeSet<_>>(),
+        );
+        let sealed = Partition {
+            tag_filters: TagFilters::build(&values).to_bytes(),
+            ..Default::default()
+        };
+        let want = |v: &[&str]| {
+            vec![(
+                "host".to_string(),
+                v.iter().map(|s| s.to_string()).collect(),
+            )]
+        };
+        assert!(!ruled_out_by_tags(&sealed, &want(&["a"])));
+        assert!(!ruled_out_by_tags(&sealed, &want(&["zz", "b"])));
+        assert!(ruled_out_by_tags(&sealed, &want(&["zz"])));
+        // A tag the partition never saw cannot equal anything.
+        assert!(ruled_out_by_tags(
+            &sealed,
+            &[("region".to_string(), vec!["eu".to_string()])]
+        ));
+        // No published filters: never ruled out.
+        assert!(!ruled_out_by_tags(&Partition::default(), &want(&["zz"])));
+    }
+}
