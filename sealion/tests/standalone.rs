@@ -947,3 +947,175 @@ async fn counter(http: &Http, name: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Runs `req` as a Flight DoGet on a storage node: the batches' row count
+/// and the scan counters the node sends after its last batch.
+async fn node_scan(
+    addr: &str,
+    req: &sealion_common::proto::ScanRequest,
+) -> (
+    Vec<arrow::record_batch::RecordBatch>,
+    sealion_common::proto::ScanMetrics,
+) {
+    use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
+    use futures::{StreamExt, TryStreamExt};
+    use prost::Message;
+    let mut client = arrow_flight::flight_service_client::FlightServiceClient::new(
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let ticket = arrow_flight::Ticket {
+        ticket: req.encode_to_vec().into(),
+    };
+    let stream = client.do_get(ticket).await.unwrap().into_inner();
+    let mut decoder = FlightDataDecoder::new(
+        stream.map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s))),
+    );
+    let mut batches = Vec::new();
+    let mut metrics = None;
+    while let Some(item) = decoder.next().await {
+        let item = item.unwrap();
+        match &item.payload {
+            DecodedPayload::RecordBatch(b) => batches.push(b.clone()),
+            DecodedPayload::None => {
+                metrics =
+                    Some(sealion_common::proto::ScanMetrics::decode(item.app_metadata()).unwrap());
+            }
+            DecodedPayload::Schema(_) => {}
+        }
+    }
+    (
+        batches,
+        metrics.expect("the node sends its counters after the last batch"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_nodes_answer_from_sealed_directories_and_count_what_they_read() {
+    use sealion_common::proto::{
+        AggregateCall, AggregateFunction, AggregateSpec, Column, ColumnKind, DataType, ScanRequest,
+        TagOp, TagPredicate,
+    };
+    let s = start_standalone_with(&["--seal-check-interval-ms", "0"]).await;
+    let data = Dataset {
+        hosts: 20,
+        days: 1,
+        step_s: 60,
+    };
+    for batch in data.batches(5_000) {
+        let (status, body) = s.http.write("public", batch).await;
+        assert_eq!(status, 204, "{body}");
+    }
+    assert_eq!(admin_seal(&s.http, "cpu").await, vec!["sealed"]);
+    let node = s.http.rows("public", "SELECT addr FROM system.nodes").await;
+    let addr = node[0][0].as_str().unwrap().to_string();
+    let pid = s
+        .http
+        .rows(
+            "public",
+            "SELECT partition_id FROM system.partitions WHERE table_name = 'cpu'",
+        )
+        .await;
+    let pid = pid[0][0].as_u64().unwrap();
+    let c = |n: &str, k: ColumnKind, t: DataType| Column {
+        name: n.into(),
+        kind: k as i32,
+        data_type: t as i32,
+    };
+    let columns = vec![
+        c("time", ColumnKind::Time, DataType::Timestamp),
+        c("host", ColumnKind::Tag, DataType::String),
+        c("region", ColumnKind::Tag, DataType::String),
+        c("usage", ColumnKind::Field, DataType::Float64),
+        c("n", ColumnKind::Field, DataType::Int64),
+    ];
+    let base = ScanRequest {
+        table_id: 0,
+        partition_ids: vec![pid],
+        start_ns: i64::MIN,
+        end_ns: i64::MAX,
+        projection: columns.clone(),
+        table_columns: columns,
+        ..Default::default()
+    };
+
+    // The last point of every host comes from the directory: no page read.
+    let count =
+        |b: &[arrow::record_batch::RecordBatch]| b.iter().map(|b| b.num_rows()).sum::<usize>();
+    let (batches, m) = node_scan(
+        &addr,
+        &ScanRequest {
+            last_per_series: true,
+            ..base.clone()
+        },
+    )
+    .await;
+    assert_eq!(count(&batches), 20);
+    assert_eq!(
+        (m.pages_decoded, m.last_points_from_directory),
+        (0, 20),
+        "{m:?}"
+    );
+    assert_eq!(m.sealed_partitions_fast, 1);
+
+    // One host's rows: the other hosts' row groups are skipped.
+    let one = ScanRequest {
+        tag_predicates: vec![TagPredicate {
+            column: "host".into(),
+            op: TagOp::TagEq as i32,
+            values: vec!["host_7".into()],
+        }],
+        ..base.clone()
+    };
+    let (batches, m) = node_scan(&addr, &one).await;
+    assert_eq!(count(&batches), 1440);
+    assert!(m.row_groups_total >= 3, "{m:?}");
+    assert!(m.row_groups_skipped >= m.row_groups_total - 2, "{m:?}");
+    assert_eq!(m.rows_scanned, 1440, "{m:?}");
+
+    // max(usage) per host: one group per host, the states' answers equal
+    // SQL's over the same rows.
+    let agg = ScanRequest {
+        projection: vec![],
+        aggregate: Some(AggregateSpec {
+            bucket_width_ns: 0,
+            bucket_origin_ns: 0,
+            group_tags: vec!["host".into()],
+            calls: vec![AggregateCall {
+                function: AggregateFunction::AggMax as i32,
+                column: "usage".into(),
+            }],
+        }),
+        ..base.clone()
+    };
+    let (batches, m) = node_scan(&addr, &agg).await;
+    assert_eq!(m.rows_matched, 20 * 1440, "{m:?}");
+    let mut from_node = std::collections::BTreeMap::new();
+    for b in &batches {
+        use arrow::array::{Array, BinaryArray, StringArray};
+        let hosts = b.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+        let states = b.column(1).as_any().downcast_ref::<BinaryArray>().unwrap();
+        for i in 0..b.num_rows() {
+            let state = sealion_partial::State::decode(states.value(i)).unwrap();
+            let Some(sealion_partial::Value::F64(v)) =
+                state.finalize(sealion_partial::Finalize::Natural).unwrap()
+            else {
+                panic!("max without a value");
+            };
+            assert!(!hosts.is_null(i));
+            from_node.insert(hosts.value(i).to_string(), v);
+        }
+    }
+    let from_sql: std::collections::BTreeMap<String, f64> = s
+        .http
+        .rows("public", "SELECT host, max(usage) FROM cpu GROUP BY host")
+        .await
+        .into_iter()
+        .map(|r| (r[0].as_str().unwrap().to_string(), r[1].as_f64().unwrap()))
+        .collect();
+    assert_eq!(from_node.len(), 20);
+    assert_eq!(from_node, from_sql);
+}
