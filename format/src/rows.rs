@@ -150,6 +150,18 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The series key of a row whose non-null tags are `tags` (any order).
+pub fn encode_series(tags: &[(&str, &str)]) -> Result<Vec<u8>> {
+    let mut sorted = tags.to_vec();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let mut out = Vec::new();
+    for (name, value) in sorted {
+        put_name(&mut out, name)?;
+        put_str(&mut out, value)?;
+    }
+    Ok(out)
+}
+
 /// Decodes a series key into (tag name, tag value) pairs.
 pub fn decode_series(series: &[u8]) -> Option<Vec<(&str, &str)>> {
     let mut r = Reader { buf: series };

@@ -346,7 +346,7 @@ impl Query {
 }
 
 /// What a query needs of one series.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct SeriesCtx {
     /// The series passes the tag predicates.
     pub passes: bool,
@@ -354,6 +354,13 @@ pub struct SeriesCtx {
     pub group: Vec<Option<String>>,
     /// Per aggregate call over a tag, the series' value of it.
     pub call_tags: Vec<Option<String>>,
+}
+
+impl SeriesCtx {
+    /// A series the tag predicates rule out.
+    pub fn ruled_out() -> SeriesCtx {
+        SeriesCtx::default()
+    }
 }
 
 /// Counters of one scan (the proto's [`ScanMetrics`]).

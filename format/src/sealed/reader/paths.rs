@@ -25,6 +25,7 @@ use crate::columnar::{ColumnValues, Page, StatValue, Sum};
 use crate::rows::{ColumnBuilder, Value, decode_fields, decode_series};
 use crate::scan::predicate::{Expr, compare};
 use crate::scan::{CallSource, Metrics, Mode, Output, SeriesCtx, update};
+use crate::sealed::format::series_cmp;
 use crate::{Error, Result, SCAN_BATCH_ROWS};
 use sealion_common::proto::ColumnKind;
 use sealion_common::proto::CompareOp;
@@ -114,13 +115,28 @@ impl SealedFile {
         let from_stats_before = out.metrics.pages_from_stats.get();
         let q = out.query;
         Metrics::add(&out.metrics.row_groups_total, self.groups.len() as u64);
-        let mut ctxs = Vec::with_capacity(self.series.len());
-        for s in &self.series {
-            ctxs.push(q.series_ctx(&s.key).ok_or_else(|| Error::Corrupt {
-                partition_id: self.partition_id,
-                reason: format!("bad series key in the directory of {}", self.path.display()),
-            })?);
-        }
+        let bad_key = || Error::Corrupt {
+            partition_id: self.partition_id,
+            reason: format!("bad series key in the directory of {}", self.path.display()),
+        };
+        let ctxs = match point_key(q) {
+            // Every tag pinned to one value (or to NULL): at most one series
+            // can match, found by binary search in the per-series directory.
+            Some(key) => {
+                let mut ctxs = vec![SeriesCtx::ruled_out(); self.series.len()];
+                if let Ok(i) = self.series.binary_search_by(|s| series_cmp(&s.key, &key)) {
+                    ctxs[i] = q.series_ctx(&self.series[i].key).ok_or_else(bad_key)?;
+                }
+                ctxs
+            }
+            None => {
+                let mut ctxs = Vec::with_capacity(self.series.len());
+                for s in &self.series {
+                    ctxs.push(q.series_ctx(&s.key).ok_or_else(bad_key)?);
+                }
+                ctxs
+            }
+        };
         let touched = match &q.mode {
             Mode::Rows => self.run_rows(out, &ctxs)?,
             Mode::Aggregate(_) => self.run_aggregate(out, &ctxs)?,
@@ -796,6 +812,28 @@ fn subtract(ranges: &Ranges, x: usize, y: usize) -> Ranges {
         }
     }
     out
+}
+
+/// The one series key a query's tag predicates allow, when they pin every
+/// tag of the table to a single value or to NULL.
+fn point_key(q: &crate::scan::Query) -> Option<Vec<u8>> {
+    use crate::scan::predicate::TagTest;
+    let mut tags: Vec<(&str, &str)> = Vec::new();
+    for c in q.table.iter().filter(|c| c.kind() == ColumnKind::Tag) {
+        let pinned = q
+            .tags
+            .iter()
+            .filter(|p| p.column == c.name)
+            .find_map(|p| match &p.test {
+                TagTest::In(set) if set.len() == 1 => set.iter().next().map(|v| Some(v.as_str())),
+                TagTest::IsNull => Some(None),
+                _ => None,
+            })?;
+        if let Some(v) = pinned {
+            tags.push((c.name.as_str(), v));
+        }
+    }
+    crate::rows::encode_series(&tags).ok()
 }
 
 fn no_group() -> Error {
