@@ -334,6 +334,7 @@ impl Query {
             passes,
             group,
             call_tags,
+            group_id: std::cell::OnceCell::new(),
         })
     }
 
@@ -354,6 +355,8 @@ pub struct SeriesCtx {
     pub group: Vec<Option<String>>,
     /// Per aggregate call over a tag, the series' value of it.
     pub call_tags: Vec<Option<String>>,
+    /// The interned id of `group`, set by the first row of the series.
+    pub group_id: std::cell::OnceCell<u32>,
 }
 
 impl SeriesCtx {
@@ -449,7 +452,8 @@ impl Ord for Ranked {
     }
 }
 
-type GroupKey = (i64, Vec<Option<String>>);
+/// A group: its time bucket and the id of its group-tag values (interned).
+type GroupKey = (i64, u32);
 
 enum Collector {
     Rows {
@@ -464,8 +468,11 @@ enum Collector {
     },
     Aggregate {
         plan: AggPlan,
-        index: HashMap<GroupKey, usize>,
+        index: rustc_hash::FxHashMap<GroupKey, usize>,
         keys: Vec<GroupKey>,
+        /// Distinct group-tag values, by id.
+        tag_ids: HashMap<Vec<Option<String>>, u32>,
+        tag_values: Vec<Vec<Option<String>>>,
         states: Vec<Vec<State>>,
     },
 }
@@ -499,8 +506,10 @@ impl<'a> Output<'a> {
             },
             Mode::Aggregate(plan) => Collector::Aggregate {
                 plan: plan.clone(),
-                index: HashMap::new(),
+                index: Default::default(),
                 keys: Vec::new(),
+                tag_ids: HashMap::new(),
+                tag_values: Vec::new(),
                 states: Vec::new(),
             },
         };
@@ -669,12 +678,33 @@ impl<'a> Output<'a> {
             plan,
             index,
             keys,
+            tag_ids,
+            tag_values,
             states,
         } = &mut self.collector
         else {
             return Err(Error::Internal("group() outside an aggregate scan".into()));
         };
-        let key = (plan.bucket(time_ns)?, ctx.group.clone());
+        // A series' group-tag values are interned once per series context.
+        let tags = match ctx.group_id.get() {
+            Some(id) => *id,
+            None => {
+                let id = match tag_ids.get(&ctx.group) {
+                    Some(&id) => id,
+                    None => {
+                        let id = u32::try_from(tag_values.len()).map_err(|_| {
+                            Error::Invalid("too many distinct group-tag values".into())
+                        })?;
+                        tag_ids.insert(ctx.group.clone(), id);
+                        tag_values.push(ctx.group.clone());
+                        id
+                    }
+                };
+                let _ = ctx.group_id.set(id);
+                id
+            }
+        };
+        let key = (plan.bucket(time_ns)?, tags);
         if let Some(&g) = index.get(&key) {
             return Ok(g);
         }
@@ -694,7 +724,7 @@ impl<'a> Output<'a> {
             .map(|c| State::new(c.kind, c.input))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| Error::Invalid(e.to_string()))?;
-        index.insert(key.clone(), keys.len());
+        index.insert(key, keys.len());
         keys.push(key);
         states.push(fresh);
         Ok(keys.len() - 1)
@@ -732,7 +762,11 @@ impl<'a> Output<'a> {
                 self.send_kept(rows)?;
             }
             Collector::Aggregate {
-                plan, keys, states, ..
+                plan,
+                keys,
+                states,
+                tag_values,
+                ..
             } => {
                 for (k, s) in keys
                     .chunks(SCAN_BATCH_ROWS)
@@ -741,7 +775,7 @@ impl<'a> Output<'a> {
                     if self.stopped {
                         break;
                     }
-                    let batch = aggregate_batch(&plan, k, s)?;
+                    let batch = aggregate_batch(&plan, k, &tag_values, s)?;
                     self.send(batch);
                 }
             }
@@ -791,6 +825,7 @@ pub fn aggregate_schema(plan: &AggPlan) -> Arc<Schema> {
 fn aggregate_batch(
     plan: &AggPlan,
     keys: &[GroupKey],
+    tag_values: &[Vec<Option<String>>],
     states: &[Vec<State>],
 ) -> Result<RecordBatch> {
     let mut arrays: Vec<ArrayRef> = Vec::new();
@@ -803,15 +838,19 @@ fn aggregate_batch(
     }
     for t in 0..plan.group_tags.len() {
         let mut b = StringBuilder::new();
-        for (_, tags) in keys {
-            b.append_option(tags.get(t).cloned().flatten());
+        for (_, id) in keys {
+            let tags = tag_values.get(*id as usize);
+            b.append_option(tags.and_then(|v| v.get(t)).cloned().flatten());
         }
         arrays.push(Arc::new(b.finish()));
     }
     for i in 0..plan.calls.len() {
         let mut b = BinaryBuilder::new();
+        let mut buf = Vec::new();
         for s in states {
-            b.append_value(s[i].encode());
+            buf.clear();
+            s[i].encode_into(&mut buf);
+            b.append_value(&buf);
         }
         arrays.push(Arc::new(b.finish()));
     }

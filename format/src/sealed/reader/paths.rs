@@ -459,12 +459,21 @@ impl SealedFile {
                     let off = info.first_row as usize;
                     let mut start = lo;
                     let mut current = plan.bucket(times[lo - off])?;
+                    // Times of a series ascend: a row still before the
+                    // bucket's end is in it, no division needed.
+                    let width = i128::from(plan.width_ns);
+                    let mut end = i128::from(current) + width;
                     for row in lo + 1..hi {
-                        let bucket = plan.bucket(times[row - off])?;
+                        let t = times[row - off];
+                        if i128::from(t) < end && t >= current {
+                            continue;
+                        }
+                        let bucket = plan.bucket(t)?;
                         if bucket != current {
                             runs.push((start, row, s, out.group(current, &ctxs[s])?));
                             start = row;
                             current = bucket;
+                            end = i128::from(current) + width;
                         }
                     }
                     runs.push((start, hi, s, out.group(current, &ctxs[s])?));
@@ -528,6 +537,11 @@ impl SealedFile {
                         let needs_time =
                             matches!(call.kind, AggregateKind::First | AggregateKind::Last);
                         let infos = &self.groups[g].chunks[c];
+                        // Pages wholly inside a run fold from their statistics
+                        // when the kind allows; the other segments are read
+                        // from pages decoded once, all together.
+                        let mut segs: Vec<(usize, usize, usize, usize)> = Vec::new();
+                        let mut wanted: Ranges = Vec::new();
                         for &(a, b, s, grp) in &runs {
                             for (p, lo, hi) in segments(infos, a, b) {
                                 let info = &infos[p];
@@ -543,29 +557,60 @@ impl SealedFile {
                                         continue;
                                     }
                                 }
-                                let one: Ranges = vec![(lo, hi, s)];
-                                self.ensure(g, c, &one, &mut dec)?;
-                                if needs_time {
-                                    self.ensure(g, self.time_chunk, &one, &mut dec)?;
-                                }
-                                let page = dec.chunks[c]
-                                    .as_ref()
-                                    .and_then(|d| d[p].as_ref())
-                                    .ok_or_else(|| {
-                                        Error::Internal("page was not decoded".into())
-                                    })?;
-                                let off = info.first_row as usize;
-                                let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
+                                segs.push((p, lo, hi, grp));
+                                wanted.push((lo, hi, s));
+                            }
+                        }
+                        if segs.is_empty() {
+                            continue;
+                        }
+                        self.ensure(g, c, &wanted, &mut dec)?;
+                        if needs_time {
+                            self.ensure(g, self.time_chunk, &wanted, &mut dec)?;
+                        }
+                        let pages = dec.chunks[c]
+                            .as_deref()
+                            .ok_or_else(|| Error::Internal("pages were not decoded".into()))?;
+                        for (p, lo, hi, grp) in segs {
+                            let page = pages[p]
+                                .as_ref()
+                                .ok_or_else(|| Error::Internal("page was not decoded".into()))?;
+                            let off = infos[p].first_row as usize;
+                            let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
+                            if needs_time {
                                 for row in lo..hi {
-                                    let Some(v) = page_pvalue(page, row - off) else {
-                                        continue;
-                                    };
-                                    let t = if needs_time {
-                                        self.time_at(g, &dec, row)?
-                                    } else {
-                                        0
-                                    };
-                                    update(st, t, &v)?;
+                                    if let Some(v) = page_pvalue(page, row - off) {
+                                        update(st, self.time_at(g, &dec, row)?, &v)?;
+                                    }
+                                }
+                                continue;
+                            }
+                            match (&page.values, &page.nulls) {
+                                // The common cases: a run of values folded as
+                                // its summary where the kind allows (the same
+                                // state as value by value), else a tight loop.
+                                (ColumnValues::Float64(v), None) => {
+                                    let v = &v[lo - off..hi - off];
+                                    if !(summarizable && fold_f64_run(st, v)?) {
+                                        for x in v {
+                                            update(st, 0, &PValue::F64(*x))?;
+                                        }
+                                    }
+                                }
+                                (ColumnValues::Int64(v), None) => {
+                                    let v = &v[lo - off..hi - off];
+                                    if !(summarizable && fold_i64_run(st, v)?) {
+                                        for x in v {
+                                            update(st, 0, &PValue::I64(*x))?;
+                                        }
+                                    }
+                                }
+                                _ => {
+                                    for row in lo..hi {
+                                        if let Some(v) = page_pvalue(page, row - off) {
+                                            update(st, 0, &v)?;
+                                        }
+                                    }
                                 }
                             }
                         }
@@ -834,6 +879,65 @@ fn point_key(q: &crate::scan::Query) -> Option<Vec<u8>> {
         }
     }
     crate::rows::encode_series(&tags).ok()
+}
+
+/// Folds a run of floats into a count, min or max state by its summary;
+/// false (nothing done) for other kinds, or when a NaN is in the run (states
+/// order one canonical NaN, total order has two).
+fn fold_f64_run(state: &mut State, v: &[f64]) -> Result<bool> {
+    if !matches!(
+        state.kind(),
+        AggregateKind::Count | AggregateKind::Min | AggregateKind::Max
+    ) {
+        return Ok(false);
+    }
+    let Some((&first, rest)) = v.split_first() else {
+        return Ok(true);
+    };
+    let (mut lo, mut hi) = (first, first);
+    let mut nan = first.is_nan();
+    for &x in rest {
+        nan |= x.is_nan();
+        if x.total_cmp(&lo).is_lt() {
+            lo = x;
+        }
+        if x.total_cmp(&hi).is_gt() {
+            hi = x;
+        }
+    }
+    if nan {
+        return Ok(false);
+    }
+    fold_summary(
+        state,
+        v.len() as u64,
+        None,
+        Some(&PValue::F64(lo)),
+        Some(&PValue::F64(hi)),
+    )?;
+    Ok(true)
+}
+
+/// Folds a run of integers into a count, sum, avg, min or max state by its
+/// summary (integer sums are exact, so this is the same state).
+fn fold_i64_run(state: &mut State, v: &[i64]) -> Result<bool> {
+    if v.is_empty() {
+        return Ok(true);
+    }
+    let (mut lo, mut hi, mut sum) = (i64::MAX, i64::MIN, 0i128);
+    for &x in v {
+        lo = lo.min(x);
+        hi = hi.max(x);
+        sum += i128::from(x);
+    }
+    fold_summary(
+        state,
+        v.len() as u64,
+        Some(SumOf::Int(sum)),
+        Some(&PValue::I64(lo)),
+        Some(&PValue::I64(hi)),
+    )?;
+    Ok(true)
 }
 
 fn no_group() -> Error {
