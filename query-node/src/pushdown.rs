@@ -37,7 +37,7 @@ fn column_of<'a>(table: &'a Table, e: &Expr) -> Option<&'a sealion_common::proto
     }
 }
 
-fn text(e: &Expr) -> Option<String> {
+pub(crate) fn text(e: &Expr) -> Option<String> {
     match e {
         Expr::Literal(
             ScalarValue::Utf8(Some(s))
@@ -55,8 +55,9 @@ fn is_tag(table: &Table, e: &Expr) -> Option<String> {
         .map(|c| c.name.clone())
 }
 
-/// `tag = 'v'`, `'v' = tag`, an OR of those on one tag, or `tag IN (...)`.
-fn tag_in(table: &Table, e: &Expr) -> Option<(String, Vec<String>)> {
+/// `tag = 'v'`, `'v' = tag`, an OR of those on one tag, or `tag IN (...)`
+/// (what DataFusion makes of a short IN list): the tag and its values.
+pub(crate) fn tag_in(table: &Table, e: &Expr) -> Option<(String, Vec<String>)> {
     match e {
         Expr::BinaryExpr(BinaryExpr {
             left,

@@ -415,66 +415,6 @@ impl PartitionStream for NodeScan {
     }
 }
 
-fn text_literal(e: &Expr) -> Option<String> {
-    match e {
-        Expr::Literal(
-            ScalarValue::Utf8(Some(s))
-            | ScalarValue::LargeUtf8(Some(s))
-            | ScalarValue::Utf8View(Some(s)),
-            _,
-        ) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-/// `tag = 'v'`, `tag IN ('a', 'b')`, or an OR of those on one tag (what
-/// DataFusion makes of a short IN list): the tag and its values.
-fn tag_values(table: &Table, e: &Expr) -> Option<(String, Vec<String>)> {
-    let tag_of = |e: &Expr| match e {
-        Expr::Column(c) => table
-            .columns
-            .iter()
-            .find(|x| x.name == c.name && x.kind() == sealion_common::proto::ColumnKind::Tag)
-            .map(|x| x.name.clone()),
-        _ => None,
-    };
-    match e {
-        Expr::BinaryExpr(BinaryExpr {
-            left,
-            op: Operator::Eq,
-            right,
-        }) => {
-            match (
-                tag_of(left),
-                text_literal(right),
-                tag_of(right),
-                text_literal(left),
-            ) {
-                (Some(t), Some(v), _, _) | (_, _, Some(t), Some(v)) => Some((t, vec![v])),
-                _ => None,
-            }
-        }
-        Expr::InList(list) if !list.negated => {
-            let values: Option<Vec<String>> = list.list.iter().map(text_literal).collect();
-            Some((tag_of(&list.expr)?, values?))
-        }
-        Expr::BinaryExpr(BinaryExpr {
-            left,
-            op: Operator::Or,
-            right,
-        }) => {
-            let (a, mut va) = tag_values(table, left)?;
-            let (b, vb) = tag_values(table, right)?;
-            if a != b {
-                return None;
-            }
-            va.extend(vb);
-            Some((a, va))
-        }
-        _ => None,
-    }
-}
-
 /// Turns the conjuncts of a DELETE's WHERE into a storage predicate.
 pub fn delete_predicate(
     table: &Table,
@@ -515,8 +455,8 @@ pub fn delete_predicate(
                     add_tag(m.name, m.values);
                 }
             }
-            e if tag_values(table, e).is_some() => {
-                if let Some((t, v)) = tag_values(table, e) {
+            e if crate::pushdown::tag_in(table, e).is_some() => {
+                if let Some((t, v)) = crate::pushdown::tag_in(table, e) {
                     add_tag(t, v);
                 }
             }

@@ -62,16 +62,7 @@ fn page_value(page: &Page, i: usize) -> Option<Value> {
 }
 
 fn page_pvalue(page: &Page, i: usize) -> Option<PValue> {
-    if page.is_null(i) {
-        return None;
-    }
-    Some(match &page.values {
-        ColumnValues::Float64(v) => PValue::F64(v[i]),
-        ColumnValues::Int64(v) | ColumnValues::Timestamp(v) => PValue::I64(v[i]),
-        ColumnValues::UInt64(v) => PValue::U64(v[i]),
-        ColumnValues::Bool(v) => PValue::Bool(v[i]),
-        ColumnValues::Text(v) => PValue::Str(v[i].clone()),
-    })
+    page_value(page, i).map(crate::scan::to_partial)
 }
 
 fn stat_pvalue(v: &StatValue) -> Option<PValue> {
