@@ -1090,7 +1090,22 @@ mod tests {
             }),
             ..req(vec![2])
         };
-        vec![aggregate, last, newest, filtered]
+        let mut all = vec![aggregate, last, newest, filtered];
+        let limited = ScanRequest {
+            limit: 7,
+            ..req(vec![2])
+        };
+        all.push(limited);
+        // The same requests over both partitions: one answer across them.
+        let both: Vec<ScanRequest> = all
+            .iter()
+            .map(|r| ScanRequest {
+                partition_ids: vec![2, 3],
+                ..r.clone()
+            })
+            .collect();
+        all.extend(both);
+        all
     }
 
     /// A scan's answer as text rows (binary states as bytes), in answer order
@@ -1155,7 +1170,10 @@ mod tests {
             true
         };
         let mut out = Output::new(&q, &mut emit);
-        scan_rows(&mut out, 2, sorted.into_iter().map(Ok)).unwrap();
+        // Partitions 2 and 3 hold the same rows: each is scanned in turn.
+        for &pid in &r.partition_ids {
+            scan_rows(&mut out, pid, sorted.iter().cloned().map(Ok)).unwrap();
+        }
         out.finish().unwrap();
         answer_text(&batches, r.aggregate.is_some())
     }
@@ -1173,7 +1191,9 @@ mod tests {
                     Op::Write(rows) => {
                         let names: Vec<String> = rows.iter().map(|r| format!("h{}", r.0)).collect();
                         let b: Vec<(&str, i64, f64)> = rows.iter().zip(&names).map(|(r, n)| (n.as_str(), r.1, r.2)).collect();
-                        e.write(&cols, &[(2, vec![batch(&b)])]).unwrap();
+                        // Partition 3 takes the same rows but is never sealed,
+                        // so a scan of both mixes the column and row paths.
+                        e.write(&cols, &[(2, vec![batch(&b)]), (3, vec![batch(&b)])]).unwrap();
                         for (n, t, v) in b {
                             model.insert((n.to_string(), t), v);
                         }
@@ -1187,6 +1207,7 @@ mod tests {
                         });
                         let n = e.delete(2, &predicate(&hosts, start, end)).unwrap();
                         proptest::prop_assert_eq!(n as usize, before - model.len());
+                        e.delete(3, &predicate(&hosts, start, end)).unwrap();
                     }
                     Op::Reopen => {
                         drop(e);
