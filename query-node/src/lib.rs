@@ -13,6 +13,7 @@ pub mod lineproto;
 pub mod pg;
 pub mod pushdown;
 pub mod router;
+pub mod scan_exec;
 pub mod server;
 pub mod sql;
 pub mod table;

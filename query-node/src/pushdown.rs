@@ -215,6 +215,33 @@ fn field_predicate(table: &Table, e: &Expr) -> Option<FieldPredicate> {
     }
 }
 
+/// A field predicate in words, for EXPLAIN.
+pub fn describe_field(p: &FieldPredicate) -> String {
+    let list = |terms: &[FieldPredicate], sep: &str| {
+        let parts: Vec<String> = terms.iter().map(describe_field).collect();
+        format!("({})", parts.join(sep))
+    };
+    match &p.expr {
+        Some(field_predicate::Expr::Compare(c)) => {
+            let v = match c.value.as_ref().and_then(|l| l.value.as_ref()) {
+                Some(literal::Value::F64(x)) => format!("{x}"),
+                Some(literal::Value::I64(x)) => format!("{x}"),
+                Some(literal::Value::U64(x)) => format!("{x}"),
+                Some(literal::Value::Bool(x)) => format!("{x}"),
+                Some(literal::Value::Str(x)) => format!("{x:?}"),
+                None => "?".into(),
+            };
+            format!("{} {} {v}", c.column, c.op().as_str_name())
+        }
+        Some(field_predicate::Expr::All(l)) => list(&l.terms, " AND "),
+        Some(field_predicate::Expr::Any(l)) => list(&l.terms, " OR "),
+        Some(field_predicate::Expr::Not(inner)) => format!("NOT {}", describe_field(inner)),
+        Some(field_predicate::Expr::IsNull(c)) => format!("{c} IS NULL"),
+        Some(field_predicate::Expr::IsNotNull(c)) => format!("{c} IS NOT NULL"),
+        None => "?".into(),
+    }
+}
+
 /// Splits `filters` into what the nodes evaluate; the rest stays with
 /// DataFusion only.
 pub fn push(table: &Table, filters: &[Expr]) -> Pushed {

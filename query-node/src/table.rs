@@ -10,9 +10,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use arrow_flight::Ticket;
-use arrow_flight::decode::FlightRecordBatchStream;
-use arrow_flight::error::FlightError;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::ScalarValue;
@@ -26,12 +23,12 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
-use futures::{StreamExt, TryStreamExt};
-use prost::Message;
+use futures::StreamExt;
 use sealion_common::catalog::{arrow_schema, partitions_overlapping, time_column};
 use sealion_common::proto::{Column, DeletePredicate, DeleteRequest, ScanRequest, Table, TagMatch};
 
 use crate::router::{StorageClients, WriteRouter};
+use crate::scan_exec::{NodeScan, ScanPlan, SealionScanExec};
 
 /// A table's time range of interest, `[start_ns, end_ns)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,6 +227,11 @@ impl TableProvider for SealionTable {
         let overlapping =
             partitions_overlapping(&state, self.table.id, range.start_ns, range.end_ns);
         let total = overlapping.len();
+        let in_table = state
+            .partitions
+            .iter()
+            .filter(|p| p.table_id == self.table.id)
+            .count();
         // Sealed partitions whose published tag filters cannot hold the
         // values asked for are never contacted.
         let parts: Vec<_> = overlapping
@@ -239,6 +241,7 @@ impl TableProvider for SealionTable {
         metrics::counter!("sealion_query_partitions_pruned_by_tag_filter_total")
             .increment((total - parts.len()) as u64);
         metrics::counter!("sealion_query_partitions_scanned_total").increment(parts.len() as u64);
+        let parts_scanned = parts.len();
         tracing::debug!(
             table = %self.table.name,
             partitions = total,
@@ -253,10 +256,10 @@ impl TableProvider for SealionTable {
             };
             by_node.entry(primary).or_default().push(p.id);
         }
-        if by_node.is_empty() {
-            return Ok(Arc::new(EmptyExec::new(schema)));
-        }
-        let mut streams: Vec<Arc<dyn PartitionStream>> = Vec::with_capacity(by_node.len());
+        // No node to ask still plans a scan (of nothing), so EXPLAIN shows
+        // what was pruned.
+        let field_predicate = pushed.field.clone();
+        let mut nodes: Vec<NodeScan> = Vec::with_capacity(by_node.len());
         for (node_id, partition_ids) in by_node {
             let addr = sealion_common::catalog::node(&state, node_id)
                 .map(|n| n.addr.clone())
@@ -274,19 +277,42 @@ impl TableProvider for SealionTable {
                 table_columns: self.table.columns.clone(),
                 limit: limit.map_or(0, |l| l as u64),
                 tag_predicates: pushed.tags.clone(),
-                field_predicate: pushed.field.clone(),
+                field_predicate: field_predicate.clone(),
                 ..Default::default()
             };
-            streams.push(Arc::new(NodeScan {
-                schema: schema.clone(),
+            nodes.push(NodeScan {
                 node_id,
                 addr,
                 ticket,
-                storage: self.storage.clone(),
-            }));
+            });
         }
-        let exec = StreamingTableExec::try_new(schema, streams, None, Vec::new(), false, limit)?;
-        Ok(Arc::new(exec))
+        let mut pushed: Vec<String> = pushed
+            .tags
+            .iter()
+            .map(|t| format!("{} {} {:?}", t.column, t.op().as_str_name(), t.values))
+            .collect();
+        if let Some(f) = &field_predicate {
+            pushed.push(format!(
+                "field filter {}",
+                crate::pushdown::describe_field(f)
+            ));
+        }
+        if let Some(l) = limit {
+            pushed.push(format!("limit {l}"));
+        }
+        let plan = ScanPlan {
+            table: self.table.name.clone(),
+            partitions_total: in_table,
+            pruned_by_time: in_table - total,
+            pruned_by_tag_filter: total - parts_scanned,
+            pushed,
+        };
+        Ok(Arc::new(SealionScanExec::new(
+            schema,
+            nodes,
+            plan,
+            self.storage.clone(),
+        )))
     }
 
     /// `DELETE FROM t WHERE ...` with conditions the storage nodes apply
@@ -358,60 +384,6 @@ impl TableProvider for SealionTable {
             router: self.router.clone(),
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
-    }
-}
-
-/// One storage node's share of a scan.
-struct NodeScan {
-    schema: SchemaRef,
-    node_id: u64,
-    addr: String,
-    ticket: ScanRequest,
-    storage: Arc<StorageClients>,
-}
-
-impl fmt::Debug for NodeScan {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "NodeScan(node={} addr={} partitions={:?})",
-            self.node_id, self.addr, self.ticket.partition_ids
-        )
-    }
-}
-
-impl PartitionStream for NodeScan {
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let client = self.storage.flight(&self.addr);
-        let ticket = Ticket {
-            ticket: self.ticket.encode_to_vec().into(),
-        };
-        let addr = self.addr.clone();
-        let node_id = self.node_id;
-        let stream = futures::stream::once(async move {
-            let mut client = client.map_err(|e| DataFusionError::External(Box::new(e)))?;
-            let response = client.do_get(ticket).await.map_err(|status| {
-                DataFusionError::External(Box::new(crate::Error::Unavailable(format!(
-                    "storage node {node_id} at {addr}: {}",
-                    status.message()
-                ))))
-            })?;
-            let flight = response
-                .into_inner()
-                .map_err(|s| FlightError::Tonic(Box::new(s)));
-            let batches = FlightRecordBatchStream::new_from_flight_data(flight)
-                .map_err(|e| DataFusionError::External(Box::new(e)));
-            Ok::<_, DataFusionError>(batches)
-        })
-        .try_flatten();
-        Box::pin(RecordBatchStreamAdapter::new(
-            self.schema.clone(),
-            stream.boxed(),
-        ))
     }
 }
 

@@ -628,6 +628,48 @@ async fn sealing_on_demand_keeps_answers_and_late_rows_win_until_a_reseal() {
     assert_eq!(rows[0][0], 3 * 288);
     assert_eq!(pruned().await - before, 3.0, "host_3 is in every partition");
 
+    // EXPLAIN shows the pruning; EXPLAIN ANALYZE what the node read.
+    let plan = |q: &'static str| {
+        let http = &s.http;
+        async move {
+            let rows = http.rows("public", q).await;
+            rows.iter()
+                .flat_map(|r| r.iter().map(|c| c.as_str().unwrap_or_default().to_string()))
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    };
+    let p = plan("EXPLAIN SELECT count(*) FROM cpu WHERE host = 'host_nope'").await;
+    for want in [
+        "partitions_total=3",
+        "partitions_pruned_by_time=0",
+        "partitions_pruned_by_tag_filter=3",
+        "partitions_scanned=0",
+    ] {
+        assert!(p.contains(want), "{want} in {p}");
+    }
+    let p = plan(
+        "EXPLAIN SELECT count(*) FROM cpu WHERE time >= '2024-01-03T00:00:00Z' AND usage > 50",
+    )
+    .await;
+    for want in [
+        "partitions_pruned_by_time=2",
+        "partitions_scanned=1",
+        "usage CMP_GT 50",
+    ] {
+        assert!(p.contains(want), "{want} in {p}");
+    }
+    let p = plan("EXPLAIN ANALYZE SELECT count(*) FROM cpu WHERE host = 'host_3'").await;
+    for want in [
+        "partitions_scanned=3",
+        "host TAG_IN [\"host_3\"]",
+        "rows_scanned=864",
+        "rows_shipped=864",
+        "pages_decoded=",
+    ] {
+        assert!(p.contains(want), "{want} in {p}");
+    }
+
     let (status, body) = s.http.sql("public", "SELECT count(*) FROM cpu WHERE host = 'host_3' AND time >= '2024-01-02T06:00:00Z' AND time < '2024-01-02T07:00:00Z'").await;
     assert_eq!((status, body["rows"][0][0].as_i64()), (200, Some(12)));
 
