@@ -473,7 +473,11 @@ enum Collector {
         /// Distinct group-tag values, by id.
         tag_ids: HashMap<Vec<Option<String>>, u32>,
         tag_values: Vec<Vec<Option<String>>>,
-        states: Vec<Vec<State>>,
+        /// Every group's states, `calls` per group, in group order (one
+        /// allocation for all groups).
+        states: Vec<State>,
+        /// The states of a new group.
+        fresh: Vec<State>,
     },
 }
 
@@ -511,6 +515,11 @@ impl<'a> Output<'a> {
                 tag_ids: HashMap::new(),
                 tag_values: Vec::new(),
                 states: Vec::new(),
+                fresh: plan
+                    .calls
+                    .iter()
+                    .filter_map(|c| State::new(c.kind, c.input).ok())
+                    .collect(),
             },
         };
         Output {
@@ -647,7 +656,13 @@ impl<'a> Output<'a> {
                     }
                 };
                 let g = self.group(time_ns, ctx)?;
-                let Collector::Aggregate { plan, states, .. } = &mut self.collector else {
+                let Collector::Aggregate {
+                    plan,
+                    states,
+                    fresh,
+                    ..
+                } = &mut self.collector
+                else {
                     return Err(Error::Internal("collector changed".into()));
                 };
                 for (i, call) in plan.calls.iter().enumerate() {
@@ -663,7 +678,7 @@ impl<'a> Output<'a> {
                             .map(|(_, v)| to_partial(v.clone())),
                     };
                     if let Some(v) = v {
-                        update(&mut states[g][i], time_ns, &v)?;
+                        update(&mut states[g * fresh.len() + i], time_ns, &v)?;
                     }
                 }
             }
@@ -681,6 +696,7 @@ impl<'a> Output<'a> {
             tag_ids,
             tag_values,
             states,
+            fresh,
         } = &mut self.collector
         else {
             return Err(Error::Internal("group() outside an aggregate scan".into()));
@@ -718,22 +734,22 @@ impl<'a> Output<'a> {
                 keys.len()
             )));
         }
-        let fresh = plan
-            .calls
-            .iter()
-            .map(|c| State::new(c.kind, c.input))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        if fresh.len() != plan.calls.len() {
+            return Err(Error::Internal("aggregate states could not be made".into()));
+        }
         index.insert(key, keys.len());
         keys.push(key);
-        states.push(fresh);
+        states.extend(fresh.iter().cloned());
         Ok(keys.len() - 1)
     }
 
     /// The states of group `g` (aggregate mode).
-    pub fn states_mut(&mut self, g: usize) -> Option<&mut Vec<State>> {
+    pub fn states_mut(&mut self, g: usize) -> Option<&mut [State]> {
         match &mut self.collector {
-            Collector::Aggregate { states, .. } => states.get_mut(g),
+            Collector::Aggregate { states, fresh, .. } => {
+                let n = fresh.len();
+                states.get_mut(g * n..(g + 1) * n)
+            }
             _ => None,
         }
     }
@@ -768,10 +784,10 @@ impl<'a> Output<'a> {
                 tag_values,
                 ..
             } => {
-                for (k, s) in keys
-                    .chunks(SCAN_BATCH_ROWS)
-                    .zip(states.chunks(SCAN_BATCH_ROWS))
-                {
+                let n = plan.calls.len();
+                for (c, k) in keys.chunks(SCAN_BATCH_ROWS).enumerate() {
+                    let first = c * SCAN_BATCH_ROWS * n;
+                    let s = &states[first..first + k.len() * n];
                     if self.stopped {
                         break;
                     }
@@ -826,7 +842,7 @@ fn aggregate_batch(
     plan: &AggPlan,
     keys: &[GroupKey],
     tag_values: &[Vec<Option<String>>],
-    states: &[Vec<State>],
+    states: &[State],
 ) -> Result<RecordBatch> {
     let mut arrays: Vec<ArrayRef> = Vec::new();
     if plan.width_ns > 0 {
@@ -847,14 +863,21 @@ fn aggregate_batch(
     for i in 0..plan.calls.len() {
         let mut b = BinaryBuilder::new();
         let mut buf = Vec::new();
-        for s in states {
+        for s in states.chunks(plan.calls.len()) {
             buf.clear();
             s[i].encode_into(&mut buf);
             b.append_value(&buf);
         }
         arrays.push(Arc::new(b.finish()));
     }
-    Ok(RecordBatch::try_new(aggregate_schema(plan), arrays)?)
+    // With no bucket, group tag or call, the batch has no column: only its
+    // row count (the number of groups) says anything.
+    let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(keys.len()));
+    Ok(RecordBatch::try_new_with_options(
+        aggregate_schema(plan),
+        arrays,
+        &options,
+    )?)
 }
 
 pub fn to_partial(v: Value) -> PValue {

@@ -271,7 +271,7 @@ fn want() -> impl Strategy<Value = Want> {
             -20..20i64,
             any::<bool>(),
             any::<bool>(),
-            prop::collection::vec(agg_kind(), 1..4)
+            prop::collection::vec(agg_kind(), 0..4)
         )
             .prop_map(|(width, origin, by_host, by_region, calls)| Want::Agg {
                 width,
