@@ -659,6 +659,11 @@ async fn sealing_on_demand_keeps_answers_and_late_rows_win_until_a_reseal() {
     ] {
         assert!(p.contains(want), "{want} in {p}");
     }
+    // Bounds from now() and BETWEEN prune by time (the data is from 2024).
+    let p = plan("EXPLAIN SELECT count(*) FROM cpu WHERE time > now() - interval '1 day'").await;
+    assert!(p.contains("partitions_pruned_by_time=3"), "{p}");
+    let p = plan("EXPLAIN SELECT count(*) FROM cpu WHERE time BETWEEN '2024-01-02T00:00:00Z' AND '2024-01-02T12:00:00Z'").await;
+    assert!(p.contains("partitions_pruned_by_time=2"), "{p}");
     let p = plan("EXPLAIN ANALYZE SELECT count(*) FROM cpu WHERE host = 'host_3'").await;
     for want in [
         "partitions_scanned=3",
