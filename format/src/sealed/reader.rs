@@ -829,9 +829,7 @@ impl Iterator for RowsIter<'_> {
             match &self.data {
                 Some(d) if self.pos < d.times.len() => break,
                 _ => {
-                    let Some(&g) = self.groups.get(self.next_group) else {
-                        return None;
-                    };
+                    let &g = self.groups.get(self.next_group)?;
                     self.next_group += 1;
                     match self.load(g) {
                         Ok(d) => {

@@ -207,6 +207,7 @@ impl SealedFile {
         let mut ranges: Ranges = Vec::new();
         // Both lists are sorted and disjoint: one merge pass intersects them.
         let mut t = 0;
+        #[allow(clippy::needless_range_loop)] // `s` names the series in `ranges`
         for s in s0..=s1 {
             let info = &self.series[s];
             let a = info.first_row.saturating_sub(base) as usize;
