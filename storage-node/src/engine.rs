@@ -670,9 +670,40 @@ impl Engine {
                 .filter(|(seq, _)| !folded.contains(seq))
                 .map(|(_, d)| d)
                 .collect();
+            // Live rows and the snapshot's rows, both in key order, walked
+            // together: a live row the file holds has the same key and value
+            // in the snapshot (no point lookup per row).
+            let mut then = snapshot
+                .iterator_opt(
+                    IteratorMode::From(&prefix, Direction::Forward),
+                    partition_read_options(partition_id),
+                )
+                .peekable();
             for item in self.partition_iter(partition_id) {
                 let (key, value) = item?;
-                if snapshot.get(&key)?.as_deref() != Some(&value[..]) {
+                let mut same = false;
+                while let Some(next) = then.peek() {
+                    let (k, v) = match next {
+                        Ok(kv) => kv,
+                        Err(_) => {
+                            if let Some(Err(e)) = then.next() {
+                                return Err(e.into());
+                            }
+                            continue;
+                        }
+                    };
+                    match k[..].cmp(&key[..]) {
+                        std::cmp::Ordering::Less => {
+                            then.next();
+                        }
+                        std::cmp::Ordering::Equal => {
+                            same = v[..] == value[..];
+                            break;
+                        }
+                        std::cmp::Ordering::Greater => break,
+                    }
+                }
+                if !same {
                     continue;
                 }
                 if !newer.is_empty() {
