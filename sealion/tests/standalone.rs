@@ -22,35 +22,61 @@ async fn start_standalone() -> Standalone {
 
 async fn start_standalone_with(extra: &[&str]) -> Standalone {
     let dir = tempfile::tempdir().unwrap();
-    let http_addr = format!("127.0.0.1:{}", free_port());
-    let pg_addr = format!("127.0.0.1:{}", free_port());
-    let args: Vec<String> = vec![
-        "standalone".into(),
-        "--data-dir".into(),
-        dir.path().join("data").display().to_string(),
-        "--http-addr".into(),
-        http_addr.clone(),
-        "--pg-addr".into(),
-        pg_addr.clone(),
-    ];
-    let args: Vec<String> = args
-        .into_iter()
-        .chain(extra.iter().map(|s| s.to_string()))
-        .collect();
-    let proc_ = Proc::start("standalone", &args, dir.path());
-    let http = Http::new(&http_addr);
-    wait_healthy(&http, &proc_).await;
-    Standalone {
-        proc_,
-        http,
-        pg_addr,
-        _dir: dir,
+    // A port picked free can be taken by another process before the server
+    // binds it; a start that exits early is tried again with new ports.
+    for attempt in 0..3 {
+        let http_addr = format!("127.0.0.1:{}", free_port());
+        let pg_addr = format!("127.0.0.1:{}", free_port());
+        let args: Vec<String> = vec![
+            "standalone".into(),
+            "--data-dir".into(),
+            dir.path().join("data").display().to_string(),
+            "--http-addr".into(),
+            http_addr.clone(),
+            "--pg-addr".into(),
+            pg_addr.clone(),
+        ];
+        let args: Vec<String> = args
+            .into_iter()
+            .chain(extra.iter().map(|s| s.to_string()))
+            .collect();
+        let mut proc_ = Proc::start(&format!("standalone-{attempt}"), &args, dir.path());
+        let http = Http::new(&http_addr);
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            if http.healthy().await {
+                return Standalone {
+                    proc_,
+                    http,
+                    pg_addr,
+                    _dir: dir,
+                };
+            }
+            if let Some(status) = proc_.exited() {
+                eprintln!(
+                    "standalone exited at start ({status}), trying again; log:\n{}",
+                    proc_.log_text()
+                );
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!(
+                    "standalone did not become healthy; log:\n{}",
+                    proc_.log_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
+    panic!("standalone did not start in three attempts");
 }
 
-async fn wait_healthy(http: &Http, p: &Proc) {
+async fn wait_healthy(http: &Http, p: &mut Proc) {
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     while !http.healthy().await {
+        if let Some(status) = p.exited() {
+            panic!("standalone exited ({status}); log:\n{}", p.log_text());
+        }
         if std::time::Instant::now() > deadline {
             panic!("standalone did not become healthy; log:\n{}", p.log_text());
         }
@@ -124,7 +150,7 @@ async fn standalone_answers_exactly_and_keeps_data_across_a_restart() {
 
     s.proc_.stop();
     s.proc_.restart();
-    wait_healthy(&s.http, &s.proc_).await;
+    wait_healthy(&s.http, &mut s.proc_).await;
     check_per_host(&s.http, &s.pg_addr, &data).await;
     let parts = s
         .http
@@ -143,7 +169,7 @@ async fn standalone_answers_exactly_and_keeps_data_across_a_restart() {
     assert_eq!(status, 204);
     s.proc_.kill();
     s.proc_.restart();
-    wait_healthy(&s.http, &s.proc_).await;
+    wait_healthy(&s.http, &mut s.proc_).await;
     assert_eq!(
         s.http.rows("public", "SELECT v FROM after_kill").await,
         vec![vec![serde_json::json!(1.0)]]
@@ -433,7 +459,7 @@ async fn settings_come_from_a_toml_file() {
         ),
     )
     .unwrap();
-    let p = Proc::start(
+    let mut p = Proc::start(
         "standalone-toml",
         &[
             "standalone".into(),
@@ -442,7 +468,7 @@ async fn settings_come_from_a_toml_file() {
         ],
         dir.path(),
     );
-    wait_healthy(&Http::new(&http_addr), &p).await;
+    wait_healthy(&Http::new(&http_addr), &mut p).await;
     let _pg = pg_connect(&pg_addr, "public").await;
     assert!(
         dir.path().join("from-toml").join("meta").exists(),
@@ -759,7 +785,7 @@ async fn sealing_on_demand_keeps_answers_and_late_rows_win_until_a_reseal() {
     assert_eq!(rows[0][0].as_u64().unwrap() as usize, data.rows().len());
     s.proc_.stop();
     s.proc_.restart();
-    wait_healthy(&s.http, &s.proc_).await;
+    wait_healthy(&s.http, &mut s.proc_).await;
     let v = s
         .http
         .rows("public", "SELECT usage FROM cpu WHERE host = 'host_new'")
