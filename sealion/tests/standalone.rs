@@ -92,10 +92,7 @@ async fn standalone_answers_exactly_and_keeps_data_across_a_restart() {
         days: 3,
         step_s: 600,
     };
-    for batch in data.batches(1_000) {
-        let (status, body) = s.http.write("public", batch).await;
-        assert_eq!(status, 204, "{body}");
-    }
+    write_dataset(&s.http, &data, 1_000).await;
     check_per_host(&s.http, &s.pg_addr, &data).await;
     let parts = s
         .http
@@ -577,6 +574,15 @@ async fn retention_refuses_old_rows_and_drops_whole_partitions_from_meta_and_sto
     .await;
 }
 
+/// Writes `data` through line protocol, `per_batch` rows a request; every
+/// request must be acknowledged.
+async fn write_dataset(http: &Http, data: &Dataset, per_batch: usize) {
+    for batch in data.batches(per_batch) {
+        let (status, body) = http.write("public", batch).await;
+        assert_eq!(status, 204, "{body}");
+    }
+}
+
 async fn admin_seal(http: &Http, table: &str) -> Vec<String> {
     let r = http
         .client
@@ -605,10 +611,7 @@ async fn sealing_on_demand_keeps_answers_and_late_rows_win_until_a_reseal() {
         days: 3,
         step_s: 300,
     };
-    for batch in data.batches(2_000) {
-        let (status, body) = s.http.write("public", batch).await;
-        assert_eq!(status, 204, "{body}");
-    }
+    write_dataset(&s.http, &data, 2_000).await;
     check_per_host(&s.http, &s.pg_addr, &data).await;
     assert_eq!(admin_seal(&s.http, "cpu").await, vec!["sealed"; 3]);
     let parts = s
@@ -814,10 +817,7 @@ async fn partitions_whose_time_has_passed_are_sealed_automatically_once_idle() {
         days: 2,
         step_s: 600,
     };
-    for batch in data.batches(5_000) {
-        let (status, body) = s.http.write("public", batch).await;
-        assert_eq!(status, 204, "{body}");
-    }
+    write_dataset(&s.http, &data, 5_000).await;
     // A partition that has not ended is never sealed.
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -856,19 +856,9 @@ async fn delete_by_tags_and_time_is_visible_at_once_on_open_and_sealed_partition
         days: 3,
         step_s: 600,
     };
-    for batch in data.batches(5_000) {
-        let (status, body) = s.http.write("public", batch).await;
-        assert_eq!(status, 204, "{body}");
-    }
+    write_dataset(&s.http, &data, 5_000).await;
     // Seal all three days (their time has passed), then add a late row.
-    let r = s
-        .http
-        .client
-        .post(format!("{}/api/v1/admin/seal?table=cpu", s.http.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
+    admin_seal(&s.http, "cpu").await;
     let (status, _) = s
         .http
         .write(
@@ -930,14 +920,7 @@ async fn delete_by_tags_and_time_is_visible_at_once_on_open_and_sealed_partition
 
     // A reseal folds the deletes in; the answers stay the same.
     let before = s.http.rows("public", PER_HOST_SQL).await;
-    let r = s
-        .http
-        .client
-        .post(format!("{}/api/v1/admin/seal?table=cpu", s.http.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
+    admin_seal(&s.http, "cpu").await;
     assert_eq!(s.http.rows("public", PER_HOST_SQL).await, before);
     let parts = s
         .http
@@ -969,18 +952,8 @@ async fn a_corrupt_sealed_file_is_reported_as_corrupt_never_read_as_values() {
         days: 1,
         step_s: 60,
     };
-    for batch in data.batches(5_000) {
-        let (status, body) = s.http.write("public", batch).await;
-        assert_eq!(status, 204, "{body}");
-    }
-    let r = s
-        .http
-        .client
-        .post(format!("{}/api/v1/admin/seal?table=cpu", s.http.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
+    write_dataset(&s.http, &data, 5_000).await;
+    admin_seal(&s.http, "cpu").await;
     let sealed_dir = s._dir.path().join("data").join("storage").join("sealed");
     let file = std::fs::read_dir(&sealed_dir)
         .unwrap()
@@ -1083,10 +1056,7 @@ async fn storage_nodes_answer_from_sealed_directories_and_count_what_they_read()
         days: 1,
         step_s: 60,
     };
-    for batch in data.batches(5_000) {
-        let (status, body) = s.http.write("public", batch).await;
-        assert_eq!(status, 204, "{body}");
-    }
+    write_dataset(&s.http, &data, 5_000).await;
     assert_eq!(admin_seal(&s.http, "cpu").await, vec!["sealed"]);
     let node = s.http.rows("public", "SELECT addr FROM system.nodes").await;
     let addr = node[0][0].as_str().unwrap().to_string();

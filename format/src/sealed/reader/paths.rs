@@ -65,17 +65,23 @@ fn page_pvalue(page: &Page, i: usize) -> Option<PValue> {
     page_value(page, i).map(crate::scan::to_partial)
 }
 
+fn stat_value(v: &StatValue) -> Value {
+    match v {
+        StatValue::Float64(x) => Value::F64(*x),
+        StatValue::Int64(x) | StatValue::Timestamp(x) => Value::I64(*x),
+        StatValue::UInt64(x) => Value::U64(*x),
+        StatValue::Bool(x) => Value::Bool(*x),
+        StatValue::Text(x) => Value::Str(x.clone()),
+    }
+}
+
 fn stat_pvalue(v: &StatValue) -> Option<PValue> {
-    Some(match v {
-        // A NaN's sign decides where total order puts it; states keep one
-        // canonical NaN. Pages holding a NaN are decoded instead.
-        StatValue::Float64(x) if x.is_nan() => return None,
-        StatValue::Float64(x) => PValue::F64(*x),
-        StatValue::Int64(x) | StatValue::Timestamp(x) => PValue::I64(*x),
-        StatValue::UInt64(x) => PValue::U64(*x),
-        StatValue::Bool(x) => PValue::Bool(*x),
-        StatValue::Text(x) => PValue::Str(x.clone()),
-    })
+    // A NaN's sign decides where total order puts it; states keep one
+    // canonical NaN. Pages holding a NaN are decoded instead.
+    if matches!(v, StatValue::Float64(x) if x.is_nan()) {
+        return None;
+    }
+    Some(crate::scan::to_partial(stat_value(v)))
 }
 
 /// Page `p` of `infos` and the rows `[a, b)` it shares with the range, for
@@ -152,6 +158,18 @@ impl SealedFile {
         Ok(())
     }
 
+    /// Whether row group `g` overlaps the query's time range and holds a
+    /// series that passes the tag predicates (the directory alone decides).
+    fn group_may_match(&self, g: usize, q: &crate::scan::Query, ctxs: &[SeriesCtx]) -> bool {
+        let group = &self.groups[g];
+        let (s0, s1) = (group.first_key.0 as usize, group.last_key.0 as usize);
+        group.max_time_ns >= q.start_ns
+            && group.min_time_ns < q.end_ns
+            && ctxs
+                .get(s0..=s1)
+                .is_some_and(|c| c.iter().any(|x| x.passes))
+    }
+
     /// Decodes the pages of chunk `c` of group `g` that overlap `ranges` and
     /// are not decoded yet.
     fn ensure(&self, g: usize, c: usize, ranges: &Ranges, dec: &mut Decoded) -> Result<()> {
@@ -190,16 +208,10 @@ impl SealedFile {
     ) -> Result<Option<(Ranges, Decoded)>> {
         let q = out.query;
         let group = &self.groups[g];
-        if group.max_time_ns < q.start_ns || group.min_time_ns >= q.end_ns {
+        if !self.group_may_match(g, q, ctxs) {
             return Ok(None);
         }
         let (s0, s1) = (group.first_key.0 as usize, group.last_key.0 as usize);
-        if !ctxs
-            .get(s0..=s1)
-            .is_some_and(|c| c.iter().any(|x| x.passes))
-        {
-            return Ok(None);
-        }
         let (times, time_pages) = self.select(g, q.start_ns, q.end_ns)?;
         let mut dec = Decoded::new(self.specs.len());
         dec.chunks[self.time_chunk] = Some(time_pages);
@@ -783,14 +795,7 @@ impl SealedFile {
                     break;
                 }
             }
-            if group.max_time_ns < q.start_ns || group.min_time_ns >= q.end_ns {
-                continue;
-            }
-            let (s0, s1) = (group.first_key.0 as usize, group.last_key.0 as usize);
-            if !ctxs
-                .get(s0..=s1)
-                .is_some_and(|c| c.iter().any(|x| x.passes))
-            {
+            if !self.group_may_match(g, q, ctxs) {
                 continue;
             }
             touched += 1;
@@ -811,14 +816,10 @@ fn page_excludes(info: &PageInfo, op: CompareOp, lit: &Value) -> bool {
     let (Some(min), Some(max)) = (&info.min, &info.max) else {
         return false;
     };
-    let as_value = |v: &StatValue| match v {
-        StatValue::Float64(x) => Value::F64(*x),
-        StatValue::Int64(x) | StatValue::Timestamp(x) => Value::I64(*x),
-        StatValue::UInt64(x) => Value::U64(*x),
-        StatValue::Bool(x) => Value::Bool(*x),
-        StatValue::Text(x) => Value::Str(x.clone()),
-    };
-    let (Some(lo), Some(hi)) = (compare(&as_value(min), lit), compare(&as_value(max), lit)) else {
+    let (Some(lo), Some(hi)) = (
+        compare(&stat_value(min), lit),
+        compare(&stat_value(max), lit),
+    ) else {
         return false;
     };
     use std::cmp::Ordering::{Equal, Greater, Less};
