@@ -26,6 +26,9 @@ pub enum Error {
     NotSupported(String),
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// A query needed more memory than its limit allows.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
     #[error("{0}")]
     DataFusion(DataFusionError),
     #[error("internal error: {0}")]
@@ -85,6 +88,9 @@ fn classify_datafusion(e: DataFusionError) -> Error {
             Error::Invalid(msg.clone())
         }
         DataFusionError::NotImplemented(msg) => Error::NotSupported(msg.clone()),
+        DataFusionError::ResourcesExhausted(msg) => Error::OutOfMemory(format!(
+            "the query needs more memory than its limit (--query-memory-limit-mb): {msg}"
+        )),
         DataFusionError::External(inner) => {
             match inner.downcast_ref::<Error>().and_then(Error::same_kind) {
                 Some(err) => err,
@@ -114,6 +120,7 @@ impl Error {
             Error::TooLarge(m) => Error::TooLarge(m.clone()),
             Error::NotSupported(m) => Error::NotSupported(m.clone()),
             Error::Unavailable(m) => Error::Unavailable(m.clone()),
+            Error::OutOfMemory(m) => Error::OutOfMemory(m.clone()),
             Error::Internal(m) => Error::Internal(m.clone()),
             Error::DataFusion(_) => return None,
         })
@@ -129,7 +136,7 @@ impl Error {
             | Error::NotSupported(_) => StatusCode::BAD_REQUEST,
             Error::AlreadyExists(_) => StatusCode::CONFLICT,
             Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Unavailable(_) | Error::OutOfMemory(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::DataFusion(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -147,6 +154,7 @@ impl Error {
             Error::TooLarge(_) => "54000",
             Error::NotSupported(_) => "0A000",
             Error::Unavailable(_) => "57P03",
+            Error::OutOfMemory(_) => "53200",
             Error::DataFusion(_) | Error::Internal(_) => "XX000",
         }
     }

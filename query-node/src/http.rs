@@ -205,7 +205,8 @@ fn cell(array: &dyn Array, formatter: &ArrayFormatter, row: usize) -> Json {
     }
 }
 
-fn json_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<Json>>, Error> {
+/// Rows of `batches` as the JSON answer gives them.
+pub fn json_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<Json>>, Error> {
     let options = FormatOptions::default().with_null("");
     let mut rows = Vec::new();
     for b in batches {

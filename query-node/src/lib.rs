@@ -6,6 +6,7 @@
 //! a TableProvider, a data sink), and routes writes to the storage nodes
 //! that own their partitions. It must never depend on RocksDB.
 
+pub mod aggregate;
 pub mod catalog;
 pub mod error;
 pub mod http;

@@ -18,7 +18,7 @@ use sealion_common::proto::{
 use sealion_format::sealed::TagFilters;
 
 /// Most values pushed in one IN list (the node's own limit is higher).
-const MAX_PUSHED_IN_VALUES: usize = 10_000;
+pub(crate) const MAX_PUSHED_IN_VALUES: usize = 10_000;
 
 /// The part of a scan's filters that storage nodes evaluate.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -92,7 +92,7 @@ pub(crate) fn tag_in(table: &Table, e: &Expr) -> Option<(String, Vec<String>)> {
     }
 }
 
-fn tag_predicate(table: &Table, e: &Expr) -> Option<TagPredicate> {
+pub(crate) fn tag_predicate(table: &Table, e: &Expr) -> Option<TagPredicate> {
     let pred = |column: String, op: TagOp, values: Vec<String>| TagPredicate {
         column,
         op: op as i32,
@@ -172,7 +172,7 @@ fn compare_op(op: Operator) -> Option<(CompareOp, CompareOp)> {
 }
 
 /// A filter over field columns in the node's terms, when it has one.
-fn field_predicate(table: &Table, e: &Expr) -> Option<FieldPredicate> {
+pub(crate) fn field_predicate(table: &Table, e: &Expr) -> Option<FieldPredicate> {
     let wrap = |expr| Some(FieldPredicate { expr: Some(expr) });
     match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {

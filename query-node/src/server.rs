@@ -22,6 +22,8 @@ pub struct QueryConfig {
     pub meta_addrs: Vec<String>,
     /// Most PostgreSQL connections served at once.
     pub pg_max_connections: usize,
+    /// Most bytes one query's operators may reserve (0: no limit).
+    pub query_memory_limit_bytes: u64,
 }
 
 pub struct QueryServer {
@@ -44,7 +46,7 @@ impl QueryServer {
             storage,
             router,
         };
-        let sql = SqlEngine::new(shared.clone())?;
+        let sql = SqlEngine::new(shared.clone(), cfg.query_memory_limit_bytes)?;
         let ctx = Arc::new(QueryContext {
             shared,
             sql: sql.clone(),

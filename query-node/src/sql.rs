@@ -12,7 +12,11 @@ use arrow::datatypes::{DataType as ArrowType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionState;
+use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
@@ -45,6 +49,8 @@ pub enum Output {
 pub struct SqlEngine {
     pub ctx: SessionContext,
     pub shared: Shared,
+    /// Most bytes one query's operators may reserve (0: no limit).
+    pub memory_limit: u64,
 }
 
 /// Who runs a statement.
@@ -294,13 +300,34 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
     ))
 }
 
+/// DataFusion's rules with Sealion's aggregate pushdown placed after
+/// filters are pushed down and before `count(DISTINCT)` is rewritten into
+/// two aggregations (which the nodes would no longer recognize).
+fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
+    let mut rules = Optimizer::new().rules;
+    let at = rules
+        .iter()
+        .position(|r| r.name() == "single_distinct_aggregation_to_group_by")
+        .unwrap_or(rules.len());
+    rules.insert(at, Arc::new(crate::aggregate::AggregatePushdown));
+    rules
+}
+
 impl SqlEngine {
-    pub fn new(shared: Shared) -> Result<Arc<Self>> {
+    pub fn new(shared: Shared, memory_limit: u64) -> Result<Arc<Self>> {
         let config = SessionConfig::new()
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(CATALOG, DEFAULT_DATABASE)
             .with_information_schema(true);
-        let ctx = SessionContext::new_with_config(config);
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_query_planner(Arc::new(crate::aggregate::SealionQueryPlanner))
+            .with_optimizer_rules(optimizer_rules())
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        // `time_bucket` is `date_bin` under the name TimescaleDB users know.
+        ctx.register_udf(crate::aggregate::date_bin_udf().as_ref().clone());
         ctx.register_catalog(CATALOG, Arc::new(SealionCatalog::new(shared.clone())));
         datafusion_postgres::datafusion_pg_catalog::pg_catalog::setup_pg_catalog(
             &ctx,
@@ -308,14 +335,40 @@ impl SqlEngine {
             datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
         )
         .map_err(|e| Error::Internal(format!("pg_catalog: {e}")))?;
-        Ok(Arc::new(SqlEngine { ctx, shared }))
+        Ok(Arc::new(SqlEngine {
+            ctx,
+            shared,
+            memory_limit,
+        }))
     }
 
-    /// A session state whose unqualified table names resolve in `db`.
+    /// A session state whose unqualified table names resolve in `db`, with
+    /// a memory pool of its own: one query cannot take another's memory,
+    /// and one over its limit fails alone.
     pub fn state_for(&self, db: &str) -> SessionState {
         let mut state = self.ctx.state();
         state.config_mut().options_mut().catalog.default_schema = db.to_string();
-        state
+        if self.memory_limit == 0 {
+            return state;
+        }
+        let limit = usize::try_from(self.memory_limit).unwrap_or(usize::MAX);
+        let pool = TrackConsumersPool::new(
+            GreedyMemoryPool::new(limit),
+            std::num::NonZeroUsize::new(3).expect("3 is not zero"),
+        );
+        let runtime = RuntimeEnvBuilder::from_runtime_env(state.runtime_env())
+            .with_memory_pool(Arc::new(pool))
+            .build_arc();
+        match runtime {
+            Ok(runtime) => SessionStateBuilder::new_from_existing(state)
+                .with_runtime_env(runtime)
+                .build(),
+            // Keeping the shared runtime is safe; it only loses the limit.
+            Err(e) => {
+                tracing::warn!("query memory pool: {e}");
+                state
+            }
+        }
     }
 
     /// Plans a statement that DataFusion runs.

@@ -25,7 +25,9 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 use sealion_common::catalog::{arrow_schema, partitions_overlapping, time_column};
-use sealion_common::proto::{Column, DeletePredicate, DeleteRequest, ScanRequest, Table, TagMatch};
+use sealion_common::proto::{
+    AggregateSpec, Column, DeletePredicate, DeleteRequest, ScanRequest, Table, TagMatch,
+};
 
 use crate::router::{StorageClients, WriteRouter};
 use crate::scan_exec::{NodeScan, ScanPlan, SealionScanExec};
@@ -62,11 +64,11 @@ fn timestamp_ns(v: &ScalarValue) -> Option<i64> {
     }
 }
 
-fn is_time_column(e: &Expr, time: &str) -> bool {
+pub(crate) fn is_time_column(e: &Expr, time: &str) -> bool {
     matches!(e, Expr::Column(c) if c.name == time)
 }
 
-fn literal_ns(e: &Expr) -> Option<i64> {
+pub(crate) fn literal_ns(e: &Expr) -> Option<i64> {
     match e {
         Expr::Literal(v, _) => timestamp_ns(v),
         _ => None,
@@ -182,50 +184,22 @@ impl SealionTable {
             router,
         }
     }
-}
 
-#[async_trait]
-impl TableProvider for SealionTable {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-
-    /// Every filter is used only to prune partitions and narrow the time
-    /// range a node scans, so DataFusion still applies each one: `Inexact`.
-    fn supports_filters_pushdown(
-        &self,
-        filters: &[&Expr],
-    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
-    }
-
-    async fn scan(
-        &self,
-        _state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        filters: &[Expr],
-        limit: Option<usize>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let columns: Vec<Column> = match projection {
-            Some(p) => p.iter().map(|&i| self.table.columns[i].clone()).collect(),
-            None => self.table.columns.clone(),
-        };
-        let schema = arrow_schema(&columns);
+    /// Plans the scan of this table for `shape`: which partitions can hold
+    /// rows (time range, then published tag filters), which node is asked
+    /// for each, and the request each node gets.
+    pub fn plan_scan(&self, shape: ScanShape<'_>) -> DfResult<SealionScanExec> {
         let time = time_column(&self.table)
             .map(|c| c.name.clone())
             .unwrap_or_default();
-        let range = time_range_of(filters, &time);
-        if range.start_ns >= range.end_ns {
-            return Ok(Arc::new(EmptyExec::new(schema)));
-        }
+        let range = time_range_of(shape.filters, &time);
         let state = self.meta.state();
-        let pushed = crate::pushdown::push(&self.table, filters);
-        let overlapping =
-            partitions_overlapping(&state, self.table.id, range.start_ns, range.end_ns);
+        let pushed = crate::pushdown::push(&self.table, shape.filters);
+        let overlapping = if range.start_ns < range.end_ns {
+            partitions_overlapping(&state, self.table.id, range.start_ns, range.end_ns)
+        } else {
+            Vec::new()
+        };
         let total = overlapping.len();
         let in_table = state
             .partitions
@@ -273,11 +247,12 @@ impl TableProvider for SealionTable {
                 partition_ids,
                 start_ns: range.start_ns,
                 end_ns: range.end_ns,
-                projection: columns.clone(),
+                projection: shape.projection.clone(),
                 table_columns: self.table.columns.clone(),
-                limit: limit.map_or(0, |l| l as u64),
+                limit: shape.limit.map_or(0, |l| l as u64),
                 tag_predicates: pushed.tags.clone(),
                 field_predicate: field_predicate.clone(),
+                aggregate: shape.aggregate.clone(),
                 ..Default::default()
             };
             nodes.push(NodeScan {
@@ -286,33 +261,99 @@ impl TableProvider for SealionTable {
                 ticket,
             });
         }
-        let mut pushed: Vec<String> = pushed
+        let mut described: Vec<String> = pushed
             .tags
             .iter()
             .map(|t| format!("{} {} {:?}", t.column, t.op().as_str_name(), t.values))
             .collect();
         if let Some(f) = &field_predicate {
-            pushed.push(format!(
+            described.push(format!(
                 "field filter {}",
                 crate::pushdown::describe_field(f)
             ));
         }
-        if let Some(l) = limit {
-            pushed.push(format!("limit {l}"));
+        if let Some(l) = shape.limit {
+            described.push(format!("limit {l}"));
+        }
+        if let Some(a) = &shape.aggregate {
+            described.push(crate::aggregate::describe_spec(a));
         }
         let plan = ScanPlan {
             table: self.table.name.clone(),
             partitions_total: in_table,
             pruned_by_time: in_table - total,
             pruned_by_tag_filter: total - parts_scanned,
-            pushed,
+            pushed: described,
         };
-        Ok(Arc::new(SealionScanExec::new(
-            schema,
+        Ok(SealionScanExec::new(
+            shape.schema,
             nodes,
             plan,
             self.storage.clone(),
-        )))
+        ))
+    }
+}
+
+/// What a scan asks of the storage nodes.
+pub struct ScanShape<'a> {
+    /// Columns returned (row scans).
+    pub projection: Vec<Column>,
+    /// Schema of the batches the nodes send.
+    pub schema: SchemaRef,
+    /// Conjuncts of the query's filter: they bound time, prune partitions
+    /// and are pushed where the nodes can evaluate them.
+    pub filters: &'a [Expr],
+    pub limit: Option<usize>,
+    /// Partial aggregation instead of rows.
+    pub aggregate: Option<AggregateSpec>,
+}
+
+#[async_trait]
+impl TableProvider for SealionTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    /// Every filter is used only to prune partitions and narrow the time
+    /// range a node scans, so DataFusion still applies each one: `Inexact`.
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let columns: Vec<Column> = match projection {
+            Some(p) => p.iter().map(|&i| self.table.columns[i].clone()).collect(),
+            None => self.table.columns.clone(),
+        };
+        let schema = arrow_schema(&columns);
+        let time = time_column(&self.table)
+            .map(|c| c.name.clone())
+            .unwrap_or_default();
+        let range = time_range_of(filters, &time);
+        if range.start_ns >= range.end_ns {
+            return Ok(Arc::new(EmptyExec::new(schema)));
+        }
+        let scan = self.plan_scan(ScanShape {
+            projection: columns,
+            schema,
+            filters,
+            limit,
+            aggregate: None,
+        })?;
+        Ok(Arc::new(scan))
     }
 
     /// `DELETE FROM t WHERE ...` with conditions the storage nodes apply

@@ -147,6 +147,11 @@ struct FrontArgs {
     /// Most PostgreSQL connections served at once.
     #[arg(long, env = "SEALION_PG_MAX_CONNECTIONS", default_value_t = 256)]
     pg_max_connections: usize,
+    /// Most memory one query may hold for its operators (sorts, joins,
+    /// aggregation), in MiB; a query that needs more fails with a resources
+    /// error and the node goes on (0: no limit).
+    #[arg(long, env = "SEALION_QUERY_MEMORY_LIMIT_MB", default_value_t = 1024)]
+    query_memory_limit_mb: u64,
 }
 
 /// The background work of a storage node (and of standalone).
@@ -245,6 +250,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 pg_addr: a.front.pg_addr,
                 meta_addrs: a.meta,
                 pg_max_connections: a.front.pg_max_connections,
+                query_memory_limit_bytes: a.front.query_memory_limit_mb.saturating_mul(1 << 20),
             })
             .await
             .context("starting query node")?;
@@ -296,6 +302,7 @@ async fn standalone(a: StandaloneArgs) -> anyhow::Result<()> {
         pg_addr: a.front.pg_addr,
         meta_addrs: vec![meta_addr],
         pg_max_connections: a.front.pg_max_connections,
+        query_memory_limit_bytes: a.front.query_memory_limit_mb.saturating_mul(1 << 20),
     })
     .await
     .context("starting query node")?;

@@ -9,81 +9,6 @@ use std::time::Duration;
 
 use common::*;
 
-struct Standalone {
-    proc_: Proc,
-    http: Http,
-    pg_addr: String,
-    _dir: tempfile::TempDir,
-}
-
-async fn start_standalone() -> Standalone {
-    start_standalone_with(&[]).await
-}
-
-async fn start_standalone_with(extra: &[&str]) -> Standalone {
-    let dir = tempfile::tempdir().unwrap();
-    // A port picked free can be taken by another process before the server
-    // binds it; a start that exits early is tried again with new ports.
-    for attempt in 0..3 {
-        let http_addr = format!("127.0.0.1:{}", free_port());
-        let pg_addr = format!("127.0.0.1:{}", free_port());
-        let args: Vec<String> = vec![
-            "standalone".into(),
-            "--data-dir".into(),
-            dir.path().join("data").display().to_string(),
-            "--http-addr".into(),
-            http_addr.clone(),
-            "--pg-addr".into(),
-            pg_addr.clone(),
-        ];
-        let args: Vec<String> = args
-            .into_iter()
-            .chain(extra.iter().map(|s| s.to_string()))
-            .collect();
-        let mut proc_ = Proc::start(&format!("standalone-{attempt}"), &args, dir.path());
-        let http = Http::new(&http_addr);
-        let deadline = std::time::Instant::now() + Duration::from_secs(90);
-        loop {
-            if http.healthy().await {
-                return Standalone {
-                    proc_,
-                    http,
-                    pg_addr,
-                    _dir: dir,
-                };
-            }
-            if let Some(status) = proc_.exited() {
-                eprintln!(
-                    "standalone exited at start ({status}), trying again; log:\n{}",
-                    proc_.log_text()
-                );
-                break;
-            }
-            if std::time::Instant::now() > deadline {
-                panic!(
-                    "standalone did not become healthy; log:\n{}",
-                    proc_.log_text()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    panic!("standalone did not start in three attempts");
-}
-
-async fn wait_healthy(http: &Http, p: &mut Proc) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    while !http.healthy().await {
-        if let Some(status) = p.exited() {
-            panic!("standalone exited ({status}); log:\n{}", p.log_text());
-        }
-        if std::time::Instant::now() > deadline {
-            panic!("standalone did not become healthy; log:\n{}", p.log_text());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_answers_exactly_and_keeps_data_across_a_restart() {
     let mut s = start_standalone().await;
@@ -581,26 +506,6 @@ async fn write_dataset(http: &Http, data: &Dataset, per_batch: usize) {
         let (status, body) = http.write("public", batch).await;
         assert_eq!(status, 204, "{body}");
     }
-}
-
-async fn admin_seal(http: &Http, table: &str) -> Vec<String> {
-    let r = http
-        .client
-        .post(format!(
-            "{}/api/v1/admin/seal?db=public&table={table}",
-            http.base
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    let v: serde_json::Value = r.json().await.unwrap();
-    v["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["outcome"].as_str().unwrap().to_string())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

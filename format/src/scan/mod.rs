@@ -153,7 +153,8 @@ pub struct Query {
     pub table: Vec<Column>,
 }
 
-fn kind_of(f: AggregateFunction) -> Option<AggregateKind> {
+/// The partial-state kind a request's function names.
+pub fn kind_of(f: AggregateFunction) -> Option<AggregateKind> {
     Some(match f {
         AggregateFunction::AggCount => AggregateKind::Count,
         AggregateFunction::AggSum => AggregateKind::Sum,
@@ -170,7 +171,8 @@ fn kind_of(f: AggregateFunction) -> Option<AggregateKind> {
     })
 }
 
-fn value_type(t: DataType) -> ValueType {
+/// The partial-state value type of a column type (time is nanoseconds).
+pub fn value_type(t: DataType) -> ValueType {
     match t {
         DataType::Float64 => ValueType::F64,
         DataType::Int64 | DataType::Timestamp => ValueType::I64,

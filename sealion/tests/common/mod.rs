@@ -303,3 +303,100 @@ pub async fn check_per_host(http: &Http, pg_addr: &str, data: &Dataset) {
         .count();
     assert_eq!(n, want.len(), "per-host rows over pgwire (simple protocol)");
 }
+
+/// `sealion standalone` on free loopback ports, in a directory of its own.
+pub struct Standalone {
+    pub proc_: Proc,
+    pub http: Http,
+    pub pg_addr: String,
+    pub _dir: tempfile::TempDir,
+}
+
+pub async fn start_standalone() -> Standalone {
+    start_standalone_with(&[]).await
+}
+
+pub async fn start_standalone_with(extra: &[&str]) -> Standalone {
+    let dir = tempfile::tempdir().unwrap();
+    // A port picked free can be taken by another process before the server
+    // binds it; a start that exits early is tried again with new ports.
+    for attempt in 0..3 {
+        let http_addr = format!("127.0.0.1:{}", free_port());
+        let pg_addr = format!("127.0.0.1:{}", free_port());
+        let args: Vec<String> = vec![
+            "standalone".into(),
+            "--data-dir".into(),
+            dir.path().join("data").display().to_string(),
+            "--http-addr".into(),
+            http_addr.clone(),
+            "--pg-addr".into(),
+            pg_addr.clone(),
+        ];
+        let args: Vec<String> = args
+            .into_iter()
+            .chain(extra.iter().map(|s| s.to_string()))
+            .collect();
+        let mut proc_ = Proc::start(&format!("standalone-{attempt}"), &args, dir.path());
+        let http = Http::new(&http_addr);
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            if http.healthy().await {
+                return Standalone {
+                    proc_,
+                    http,
+                    pg_addr,
+                    _dir: dir,
+                };
+            }
+            if let Some(status) = proc_.exited() {
+                eprintln!(
+                    "standalone exited at start ({status}), trying again; log:\n{}",
+                    proc_.log_text()
+                );
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!(
+                    "standalone did not become healthy; log:\n{}",
+                    proc_.log_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    panic!("standalone did not start in three attempts");
+}
+
+pub async fn wait_healthy(http: &Http, p: &mut Proc) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while !http.healthy().await {
+        if let Some(status) = p.exited() {
+            panic!("standalone exited ({status}); log:\n{}", p.log_text());
+        }
+        if std::time::Instant::now() > deadline {
+            panic!("standalone did not become healthy; log:\n{}", p.log_text());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Seals every partition of `table` whose end has passed; the outcome of each.
+pub async fn admin_seal(http: &Http, table: &str) -> Vec<String> {
+    let r = http
+        .client
+        .post(format!(
+            "{}/api/v1/admin/seal?db=public&table={table}",
+            http.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: serde_json::Value = r.json().await.unwrap();
+    v["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["outcome"].as_str().unwrap().to_string())
+        .collect()
+}

@@ -1,0 +1,955 @@
+//! Aggregate pushdown: the first half of an aggregation runs on the storage
+//! nodes, the query node merges their partial states and finalizes.
+//!
+//! [`AggregatePushdown`] is a logical optimizer rule. It replaces
+//! `Aggregate(Filter?(TableScan(sealion table)))` with a leaf
+//! [`SealionAggregate`] node when every part of it has an exact meaning on
+//! the storage nodes:
+//!
+//! - every conjunct of the filter is a time comparison with a literal, a tag
+//!   predicate or a field predicate that the nodes evaluate exactly (the
+//!   same rules as [`crate::pushdown`]);
+//! - every group expression is a tag column, or one time bucket:
+//!   `date_bin(interval, time[, origin])` (`time_bucket` is its alias) or
+//!   `date_trunc` to a unit of fixed length (second to week);
+//! - every aggregate is one the partial states compute (count, count
+//!   DISTINCT, sum, min, max, avg, var/stddev in both forms,
+//!   approx_distinct, approx_percentile_cont, first_value/last_value
+//!   ordered by time with IGNORE NULLS), with no FILTER clause.
+//!
+//! Anything else is left as it is, and DataFusion aggregates the rows the
+//! nodes ship. The answer of a pushed aggregate must equal the answer of
+//! the plan it replaces; the tests hold it to DataFusion over the same rows.
+//!
+//! [`SealionAggregateExec`] asks every node at once (one child partition
+//! each), merges states group by group under the query's memory pool, and
+//! emits the aggregate's schema exactly, so the plan above is unchanged.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BinaryArray, RecordBatch, StringArray};
+use arrow::array::{RecordBatchOptions, TimestampNanosecondArray};
+use arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef, TimeUnit};
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
+use datafusion::common::{DFSchemaRef, ScalarValue};
+use datafusion::datasource::source_as_provider;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::functions::datetime::date_bin::DateBinFunc;
+use datafusion::functions::datetime::date_trunc::DateTruncFunc;
+use datafusion::functions_aggregate::approx_distinct::ApproxDistinct;
+use datafusion::functions_aggregate::approx_percentile_cont::ApproxPercentileCont;
+use datafusion::functions_aggregate::average::Avg;
+use datafusion::functions_aggregate::count::Count;
+use datafusion::functions_aggregate::first_last::{FirstValue, LastValue};
+use datafusion::functions_aggregate::min_max::{Max, Min};
+use datafusion::functions_aggregate::stddev::{Stddev, StddevPop};
+use datafusion::functions_aggregate::sum::Sum;
+use datafusion::functions_aggregate::variance::{VariancePopulation, VarianceSample};
+use datafusion::logical_expr::expr::{AggregateFunction as AggExpr, NullTreatment, ScalarFunction};
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{
+    Aggregate, Expr, Extension, LogicalPlan, ScalarUDF, UserDefinedLogicalNode,
+    UserDefinedLogicalNodeCore,
+};
+use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
+use futures::StreamExt;
+use sealion_common::catalog::{column, time_column};
+use sealion_common::proto::{AggregateCall, AggregateFunction, AggregateSpec, ColumnKind, Table};
+use sealion_format::scan::{BUCKET_COLUMN, kind_of, state_column, value_type};
+use sealion_partial::{Finalize, State, Value, ValueType};
+
+use crate::table::{ScanShape, SealionTable, is_time_column, literal_ns};
+
+/// One aggregate call as the nodes compute it and the query node finishes
+/// it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PushedCall {
+    pub function: AggregateFunction,
+    /// Empty for `count(*)`.
+    pub column: String,
+    /// What the state is fed (for the empty state of a global aggregate).
+    pub input: ValueType,
+    pub finalize: Finalize,
+}
+
+/// Where each output group column comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum GroupOut {
+    Bucket,
+    /// Index into `group_tags`.
+    Tag(usize),
+}
+
+/// An aggregation the nodes can carry out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PushedAggregate {
+    pub width_ns: i64,
+    pub origin_ns: i64,
+    pub group_tags: Vec<String>,
+    groups: Vec<GroupOut>,
+    pub calls: Vec<PushedCall>,
+}
+
+impl PushedAggregate {
+    pub fn spec(&self) -> AggregateSpec {
+        AggregateSpec {
+            bucket_width_ns: self.width_ns,
+            bucket_origin_ns: self.origin_ns,
+            group_tags: self.group_tags.clone(),
+            calls: self
+                .calls
+                .iter()
+                .map(|c| AggregateCall {
+                    function: c.function as i32,
+                    column: c.column.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A pushed aggregate in words, for EXPLAIN.
+pub fn describe_spec(spec: &AggregateSpec) -> String {
+    let calls: Vec<String> = spec
+        .calls
+        .iter()
+        .map(|c| {
+            let f = c
+                .function()
+                .as_str_name()
+                .trim_start_matches("AGG_")
+                .to_lowercase();
+            let col = if c.column.is_empty() { "*" } else { &c.column };
+            format!("{f}({col})")
+        })
+        .collect();
+    let mut text = String::from("partial aggregate");
+    if spec.bucket_width_ns > 0 {
+        text.push_str(&format!(
+            " bucket={}ns origin={}",
+            spec.bucket_width_ns, spec.bucket_origin_ns
+        ));
+    }
+    if !spec.group_tags.is_empty() {
+        text.push_str(&format!(" group_by=[{}]", spec.group_tags.join(",")));
+    }
+    text.push_str(&format!(" calls=[{}]", calls.join(",")));
+    text
+}
+
+/// The logical node that replaces a pushed aggregate. It is a leaf: the scan
+/// it stands for is planned by the table when the node is made physical.
+#[derive(Clone)]
+pub struct SealionAggregate {
+    table: Arc<dyn datafusion::datasource::TableProvider>,
+    table_id: u64,
+    filters: Vec<Expr>,
+    agg: PushedAggregate,
+    schema: DFSchemaRef,
+    text: String,
+}
+
+impl fmt::Debug for SealionAggregate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SealionAggregate({})", self.text)
+    }
+}
+
+impl PartialEq for SealionAggregate {
+    fn eq(&self, other: &Self) -> bool {
+        self.table_id == other.table_id
+            && self.filters == other.filters
+            && self.text == other.text
+            && self.schema == other.schema
+    }
+}
+
+impl Eq for SealionAggregate {}
+
+impl Hash for SealionAggregate {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.table_id.hash(state);
+        self.filters.hash(state);
+        self.text.hash(state);
+    }
+}
+
+impl PartialOrd for SealionAggregate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        (self.table_id, &self.text).partial_cmp(&(other.table_id, &other.text))
+    }
+}
+
+impl UserDefinedLogicalNodeCore for SealionAggregate {
+    fn name(&self) -> &str {
+        "SealionAggregate"
+    }
+
+    fn inputs(&self) -> Vec<&LogicalPlan> {
+        vec![]
+    }
+
+    fn schema(&self) -> &DFSchemaRef {
+        &self.schema
+    }
+
+    fn expressions(&self) -> Vec<Expr> {
+        vec![]
+    }
+
+    fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "SealionAggregate: {}", self.text)
+    }
+
+    fn with_exprs_and_inputs(
+        &self,
+        _exprs: Vec<Expr>,
+        _inputs: Vec<LogicalPlan>,
+    ) -> DfResult<Self> {
+        Ok(self.clone())
+    }
+}
+
+/// The optimizer rule; see the module documentation.
+#[derive(Debug, Default)]
+pub struct AggregatePushdown;
+
+impl OptimizerRule for AggregatePushdown {
+    fn name(&self) -> &str {
+        "sealion_aggregate_pushdown"
+    }
+
+    fn apply_order(&self) -> Option<ApplyOrder> {
+        Some(ApplyOrder::BottomUp)
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn OptimizerConfig,
+    ) -> DfResult<Transformed<LogicalPlan>> {
+        let LogicalPlan::Aggregate(agg) = &plan else {
+            return Ok(Transformed::no(plan));
+        };
+        match pushable(agg) {
+            Some(node) => Ok(Transformed::yes(LogicalPlan::Extension(Extension {
+                node: Arc::new(node),
+            }))),
+            None => Ok(Transformed::no(plan)),
+        }
+    }
+}
+
+/// The pushed form of `agg`, when all of it can be pushed.
+fn pushable(agg: &Aggregate) -> Option<SealionAggregate> {
+    // Projections of plain columns rename nothing: they can be looked
+    // through.
+    let mut input = agg.input.as_ref();
+    while let LogicalPlan::Projection(p) = input {
+        if !p.expr.iter().all(|e| matches!(e, Expr::Column(_))) {
+            return None;
+        }
+        input = p.input.as_ref();
+    }
+    let (predicate, scan) = match input {
+        LogicalPlan::Filter(f) => match f.input.as_ref() {
+            LogicalPlan::TableScan(s) => (Some(&f.predicate), s),
+            _ => return None,
+        },
+        LogicalPlan::TableScan(s) => (None, s),
+        _ => return None,
+    };
+    if scan.fetch.is_some() || (predicate.is_none() && !scan.filters.is_empty()) {
+        return None;
+    }
+    let provider = source_as_provider(&scan.source).ok()?;
+    let table = provider.as_ref().downcast_ref::<SealionTable>()?;
+    let t = &table.table;
+    let time = time_column(t)?.name.clone();
+    let mut filters = Vec::new();
+    if let Some(p) = predicate {
+        for c in split_conjunction(p) {
+            if !exact(t, &time, c) {
+                return None;
+            }
+            filters.push(c.clone());
+        }
+    }
+    let mut pushed = PushedAggregate {
+        width_ns: 0,
+        origin_ns: 0,
+        group_tags: Vec::new(),
+        groups: Vec::new(),
+        calls: Vec::new(),
+    };
+    for g in &agg.group_expr {
+        // `time_bucket(...)` arrives as `date_bin(...) AS time_bucket(...)`;
+        // the output name is the aggregate schema's either way.
+        let mut g = g;
+        while let Expr::Alias(a) = g {
+            g = a.expr.as_ref();
+        }
+        match g {
+            Expr::Column(c) => {
+                let col = column(t, &c.name)?;
+                if col.kind() != ColumnKind::Tag || pushed.group_tags.contains(&col.name) {
+                    return None;
+                }
+                pushed.groups.push(GroupOut::Tag(pushed.group_tags.len()));
+                pushed.group_tags.push(col.name.clone());
+            }
+            Expr::ScalarFunction(f) => {
+                if pushed.width_ns > 0 {
+                    return None;
+                }
+                let (width, origin) = bucket_of(f, &time)?;
+                pushed.width_ns = width;
+                pushed.origin_ns = origin;
+                pushed.groups.push(GroupOut::Bucket);
+            }
+            _ => return None,
+        }
+    }
+    for e in &agg.aggr_expr {
+        pushed.calls.push(call_of(t, &time, e)?);
+    }
+    let spec = pushed.spec();
+    let mut text = format!("table={} {}", t.name, describe_spec(&spec));
+    if !filters.is_empty() {
+        let f: Vec<String> = filters.iter().map(|f| f.to_string()).collect();
+        text.push_str(&format!(" filter=[{}]", f.join(" AND ")));
+    }
+    Some(SealionAggregate {
+        table: provider.clone(),
+        table_id: t.id,
+        filters,
+        agg: pushed,
+        schema: agg.schema.clone(),
+        text,
+    })
+}
+
+/// Whether the nodes evaluate conjunct `e` exactly.
+fn exact(table: &Table, time: &str, e: &Expr) -> bool {
+    use datafusion::logical_expr::{BinaryExpr, Operator};
+    if let Some(p) = crate::pushdown::tag_predicate(table, e) {
+        return p.values.len() <= crate::pushdown::MAX_PUSHED_IN_VALUES;
+    }
+    if crate::pushdown::field_predicate(table, e).is_some() {
+        return true;
+    }
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            matches!(
+                op,
+                Operator::Eq | Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+            ) && ((is_time_column(left, time) && literal_ns(right).is_some())
+                || (is_time_column(right, time) && literal_ns(left).is_some()))
+        }
+        Expr::Between(b) => {
+            !b.negated
+                && is_time_column(&b.expr, time)
+                && literal_ns(&b.low).is_some()
+                && literal_ns(&b.high).is_some()
+        }
+        _ => false,
+    }
+}
+
+const NS_PER_SECOND: i64 = 1_000_000_000;
+
+/// `date_bin`, also named `time_bucket` as TimescaleDB users know it. The
+/// session registers this one, so the rule knows it when it sees it.
+pub fn date_bin_udf() -> Arc<ScalarUDF> {
+    static UDF: std::sync::OnceLock<Arc<ScalarUDF>> = std::sync::OnceLock::new();
+    UDF.get_or_init(|| {
+        Arc::new(
+            datafusion::functions::datetime::date_bin()
+                .as_ref()
+                .clone()
+                .with_aliases(["time_bucket"]),
+        )
+    })
+    .clone()
+}
+
+/// `(width, origin)` of a time bucket group expression over `time`.
+fn bucket_of(f: &ScalarFunction, time: &str) -> Option<(i64, i64)> {
+    let inner = f.func.inner();
+    if inner.is::<DateBinFunc>() || *f.func == *date_bin_udf() {
+        let width = match f.args.first()? {
+            Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
+                i64::from(v.days)
+                    .checked_mul(86_400 * NS_PER_SECOND)?
+                    .checked_add(v.nanoseconds)?
+            }
+            Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => i64::from(v.days)
+                .checked_mul(86_400 * NS_PER_SECOND)?
+                .checked_add(i64::from(v.milliseconds).checked_mul(1_000_000)?)?,
+            _ => return None,
+        };
+        if width <= 0 || !is_time_column(f.args.get(1)?, time) {
+            return None;
+        }
+        let origin = match f.args.get(2) {
+            None => 0,
+            Some(e) => literal_ns(e)?,
+        };
+        if f.args.len() > 3 {
+            return None;
+        }
+        return Some((width, origin));
+    }
+    if inner.is::<DateTruncFunc>() {
+        // The time column is in UTC, where these units have fixed lengths.
+        let unit = crate::pushdown::text(f.args.first()?)?.to_lowercase();
+        if f.args.len() != 2 || !is_time_column(&f.args[1], time) {
+            return None;
+        }
+        return Some(match unit.as_str() {
+            "microsecond" => (1_000, 0),
+            "millisecond" => (1_000_000, 0),
+            "second" => (NS_PER_SECOND, 0),
+            "minute" => (60 * NS_PER_SECOND, 0),
+            "hour" => (3_600 * NS_PER_SECOND, 0),
+            "day" => (86_400 * NS_PER_SECOND, 0),
+            // Weeks start on Monday; 1970-01-05 was one.
+            "week" => (7 * 86_400 * NS_PER_SECOND, 4 * 86_400 * NS_PER_SECOND),
+            _ => return None,
+        });
+    }
+    None
+}
+
+/// The pushed form of one aggregate expression.
+fn call_of(table: &Table, time: &str, e: &Expr) -> Option<PushedCall> {
+    let e = match e {
+        Expr::Alias(a) => a.expr.as_ref(),
+        e => e,
+    };
+    let Expr::AggregateFunction(AggExpr { func, params }) = e else {
+        return None;
+    };
+    if params.filter.is_some() {
+        return None;
+    }
+    let inner = func.inner();
+    // A column, or an integer column cast to a float (what type coercion
+    // makes of `var(int_column)`): the states take integers exactly, and
+    // the cast is monotonic, so min, max, first and last commute with it.
+    let arg_column = |i: usize| match params.args.get(i) {
+        Some(Expr::Column(c)) => column(table, &c.name),
+        Some(Expr::Cast(cast))
+            if *cast.field.data_type() == ArrowType::Float64 && !params.distinct =>
+        {
+            match cast.expr.as_ref() {
+                Expr::Column(c) => column(table, &c.name).filter(|c| {
+                    matches!(
+                        c.data_type(),
+                        sealion_common::proto::DataType::Int64
+                            | sealion_common::proto::DataType::Uint64
+                    )
+                }),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    let input_of = |c: &sealion_common::proto::Column| value_type(c.data_type());
+    let plain = |function: AggregateFunction, finalize: Finalize| {
+        if params.args.len() != 1 || !params.order_by.is_empty() {
+            return None;
+        }
+        let c = arg_column(0)?;
+        Some(PushedCall {
+            function,
+            column: c.name.clone(),
+            input: input_of(c),
+            finalize,
+        })
+    };
+    use AggregateFunction as F;
+    let call = if inner.is::<Count>() {
+        if params.distinct {
+            plain(F::AggExactDistinct, Finalize::Natural)?
+        } else if let Some(Expr::Literal(v, _)) = params.args.first() {
+            if params.args.len() != 1 || v.is_null() || !params.order_by.is_empty() {
+                return None;
+            }
+            PushedCall {
+                function: F::AggCount,
+                column: String::new(),
+                input: ValueType::Bool,
+                finalize: Finalize::Natural,
+            }
+        } else {
+            plain(F::AggCount, Finalize::Natural)?
+        }
+    } else if params.distinct && !(inner.is::<Min>() || inner.is::<Max>()) {
+        // DISTINCT changes nothing for min and max; for the rest there is
+        // no state that keeps it.
+        return None;
+    } else if inner.is::<Sum>() {
+        plain(F::AggSum, Finalize::Natural)?
+    } else if inner.is::<Min>() {
+        plain(F::AggMin, Finalize::Natural)?
+    } else if inner.is::<Max>() {
+        plain(F::AggMax, Finalize::Natural)?
+    } else if inner.is::<Avg>() {
+        plain(F::AggAvg, Finalize::Natural)?
+    } else if inner.is::<VarianceSample>() {
+        plain(F::AggVariance, Finalize::VarSamp)?
+    } else if inner.is::<VariancePopulation>() {
+        plain(F::AggVariance, Finalize::VarPop)?
+    } else if inner.is::<Stddev>() {
+        plain(F::AggVariance, Finalize::StddevSamp)?
+    } else if inner.is::<StddevPop>() {
+        plain(F::AggVariance, Finalize::StddevPop)?
+    } else if inner.is::<ApproxDistinct>() {
+        plain(F::AggApproxDistinct, Finalize::Natural)?
+    } else if inner.is::<ApproxPercentileCont>() {
+        // approx_percentile_cont(q) WITHIN GROUP (ORDER BY x): args are
+        // (x, q); a descending order asks for 1 - q. A centroid count is
+        // not pushed: the nodes' digest has its own fixed size.
+        if params.args.len() != 2 {
+            return None;
+        }
+        let c = arg_column(0)?;
+        let q = match &params.args[1] {
+            Expr::Literal(ScalarValue::Float64(Some(q)), _) => *q,
+            _ => return None,
+        };
+        let descending = match params.order_by.as_slice() {
+            [] => false,
+            [s] if matches!(&s.expr, Expr::Column(o) if o.name == c.name) => !s.asc,
+            _ => return None,
+        };
+        if !(0.0..=1.0).contains(&q) {
+            return None;
+        }
+        PushedCall {
+            function: F::AggPercentile,
+            column: c.name.clone(),
+            input: input_of(c),
+            finalize: Finalize::Quantile(if descending { 1.0 - q } else { q }),
+        }
+    } else if inner.is::<FirstValue>() || inner.is::<LastValue>() {
+        // Only with IGNORE NULLS: the states keep the value of the first or
+        // last row that has one.
+        if params.null_treatment != Some(NullTreatment::IgnoreNulls) || params.args.len() != 1 {
+            return None;
+        }
+        let c = arg_column(0)?;
+        let asc = match params.order_by.as_slice() {
+            [s] if is_time_column(&s.expr, time) => s.asc,
+            _ => return None,
+        };
+        let first = inner.is::<FirstValue>() == asc;
+        PushedCall {
+            function: if first { F::AggFirst } else { F::AggLast },
+            column: c.name.clone(),
+            input: input_of(c),
+            finalize: Finalize::Natural,
+        }
+    } else {
+        return None;
+    };
+    let kind = kind_of(call.function)?;
+    kind.accepts(call.input).then_some(call)
+}
+
+/// Plans [`SealionAggregate`] nodes, and everything else as DataFusion does.
+#[derive(Debug, Default)]
+pub struct SealionQueryPlanner;
+
+#[async_trait]
+impl QueryPlanner for SealionQueryPlanner {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session: &dyn Session,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(AggregatePlanner)])
+            .create_physical_plan(logical_plan, session)
+            .await
+    }
+}
+
+struct AggregatePlanner;
+
+#[async_trait]
+impl ExtensionPlanner for AggregatePlanner {
+    async fn plan_extension(
+        &self,
+        _planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        _logical_inputs: &[&LogicalPlan],
+        _physical_inputs: &[Arc<dyn ExecutionPlan>],
+        _session: &dyn Session,
+        _planning_ctx: &PhysicalPlanningContext,
+    ) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(node) = node.as_any().downcast_ref::<SealionAggregate>() else {
+            return Ok(None);
+        };
+        let Some(table) = node.table.as_ref().downcast_ref::<SealionTable>() else {
+            return Err(DataFusionError::Internal(
+                "a SealionAggregate over a table that is not Sealion's".into(),
+            ));
+        };
+        let spec = node.agg.spec();
+        let scan = table.plan_scan(ScanShape {
+            projection: Vec::new(),
+            schema: state_schema(&node.agg),
+            filters: &node.filters,
+            limit: None,
+            aggregate: Some(spec),
+        })?;
+        let schema = Arc::new(node.schema.as_arrow().clone());
+        Ok(Some(Arc::new(SealionAggregateExec::new(
+            Arc::new(scan),
+            node.agg.clone(),
+            schema,
+        ))))
+    }
+}
+
+/// The schema of the nodes' answers (see `AggregateSpec` in proto).
+fn state_schema(agg: &PushedAggregate) -> SchemaRef {
+    let mut fields = Vec::new();
+    if agg.width_ns > 0 {
+        fields.push(Field::new(
+            BUCKET_COLUMN,
+            ArrowType::Timestamp(
+                TimeUnit::Nanosecond,
+                Some(sealion_common::catalog::TIME_ZONE.into()),
+            ),
+            false,
+        ));
+    }
+    for t in &agg.group_tags {
+        fields.push(Field::new(t, ArrowType::Utf8, true));
+    }
+    for i in 0..agg.calls.len() {
+        fields.push(Field::new(state_column(i), ArrowType::Binary, false));
+    }
+    Arc::new(Schema::new(fields))
+}
+
+/// Merges the nodes' partial states and finalizes them.
+pub struct SealionAggregateExec {
+    input: Arc<dyn ExecutionPlan>,
+    agg: PushedAggregate,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+}
+
+impl fmt::Debug for SealionAggregateExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SealionAggregateExec")
+    }
+}
+
+impl SealionAggregateExec {
+    fn new(input: Arc<dyn ExecutionPlan>, agg: PushedAggregate, schema: SchemaRef) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        );
+        SealionAggregateExec {
+            input,
+            agg,
+            schema,
+            properties: Arc::new(properties),
+        }
+    }
+}
+
+impl DisplayAs for SealionAggregateExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let finals: Vec<String> = self
+            .agg
+            .calls
+            .iter()
+            .map(|c| format!("{}", c.finalize))
+            .collect();
+        write!(
+            f,
+            "SealionAggregateExec: merge partial states, finalize=[{}]",
+            finals.join(", ")
+        )
+    }
+}
+
+impl ExecutionPlan for SealionAggregateExec {
+    fn name(&self) -> &str {
+        "SealionAggregateExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let [input] = <[_; 1]>::try_from(children)
+            .map_err(|_| DataFusionError::Internal("SealionAggregateExec has one child".into()))?;
+        Ok(Arc::new(SealionAggregateExec::new(
+            input,
+            self.agg.clone(),
+            self.schema.clone(),
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "SealionAggregateExec has one partition, not {partition}"
+            )));
+        }
+        let n = self.input.properties().partitioning.partition_count();
+        let mut inputs = Vec::with_capacity(n);
+        for i in 0..n {
+            inputs.push(self.input.execute(i, context.clone())?);
+        }
+        let reservation =
+            MemoryConsumer::new("SealionAggregateExec").register(context.memory_pool());
+        let mut merger = Merger::new(self.agg.clone(), self.schema.clone(), reservation);
+        let schema = self.schema.clone();
+        let stream = futures::stream::once(async move {
+            let mut all = futures::stream::select_all(inputs);
+            while let Some(batch) = all.next().await {
+                merger.add(&batch?)?;
+            }
+            merger.finish()
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}
+
+type GroupKey = (i64, Vec<Option<String>>);
+
+/// Partial states by group, merged as node answers arrive.
+struct Merger {
+    agg: PushedAggregate,
+    schema: SchemaRef,
+    index: HashMap<GroupKey, usize>,
+    keys: Vec<GroupKey>,
+    /// `calls.len()` states per group.
+    states: Vec<State>,
+    reservation: MemoryReservation,
+}
+
+impl Merger {
+    fn new(agg: PushedAggregate, schema: SchemaRef, reservation: MemoryReservation) -> Self {
+        Merger {
+            agg,
+            schema,
+            index: HashMap::new(),
+            keys: Vec::new(),
+            states: Vec::new(),
+            reservation,
+        }
+    }
+
+    fn add(&mut self, batch: &RecordBatch) -> DfResult<()> {
+        let bad = |what: &str| {
+            DataFusionError::Execution(format!("a storage node's aggregate answer: {what}"))
+        };
+        let mut next = 0;
+        let buckets = if self.agg.width_ns > 0 {
+            next = 1;
+            Some(
+                batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<TimestampNanosecondArray>()
+                    .ok_or_else(|| bad("the bucket column is not a timestamp"))?,
+            )
+        } else {
+            None
+        };
+        let ntags = self.agg.group_tags.len();
+        let mut tags = Vec::with_capacity(ntags);
+        for i in 0..ntags {
+            tags.push(
+                batch
+                    .column(next + i)
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .ok_or_else(|| bad("a group tag column is not text"))?,
+            );
+        }
+        next += ntags;
+        let ncalls = self.agg.calls.len();
+        let mut states = Vec::with_capacity(ncalls);
+        for i in 0..ncalls {
+            states.push(
+                batch
+                    .column(next + i)
+                    .as_any()
+                    .downcast_ref::<BinaryArray>()
+                    .ok_or_else(|| bad("a state column is not binary"))?,
+            );
+        }
+        let decode = |bytes: &[u8]| {
+            State::decode(bytes).map_err(|e| bad(&format!("undecodable state: {e}")))
+        };
+        for row in 0..batch.num_rows() {
+            let key: GroupKey = (
+                buckets.map_or(0, |b| b.value(row)),
+                tags.iter()
+                    .map(|t| t.is_valid(row).then(|| t.value(row).to_string()))
+                    .collect(),
+            );
+            match self.index.get(&key) {
+                Some(&g) => {
+                    for (i, col) in states.iter().enumerate() {
+                        let s = decode(col.value(row))?;
+                        self.states[g * ncalls + i]
+                            .merge(&s)
+                            .map_err(|e| bad(&format!("states do not merge: {e}")))?;
+                    }
+                }
+                None => {
+                    // A group costs its key, its index entry and its states
+                    // (about their encoded size; sketches grow on merge).
+                    let mut bytes = 64
+                        + key
+                            .1
+                            .iter()
+                            .flatten()
+                            .map(|s| 2 * s.len() + 24)
+                            .sum::<usize>();
+                    for col in &states {
+                        let b = col.value(row);
+                        bytes += 2 * b.len() + 64;
+                        self.states.push(decode(b)?);
+                    }
+                    self.reservation.try_grow(bytes)?;
+                    self.index.insert(key.clone(), self.keys.len());
+                    self.keys.push(key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The finalized groups in the aggregate's schema.
+    fn finish(mut self) -> DfResult<RecordBatch> {
+        let ncalls = self.agg.calls.len();
+        // A global aggregate answers one row even when no row matched.
+        if self.agg.groups.is_empty() && self.keys.is_empty() {
+            self.keys.push((0, Vec::new()));
+            for c in &self.agg.calls {
+                let kind = kind_of(c.function).ok_or_else(|| {
+                    DataFusionError::Internal("a pushed call without a function".into())
+                })?;
+                self.states.push(
+                    State::new(kind, c.input)
+                        .map_err(|e| DataFusionError::Internal(e.to_string()))?,
+                );
+            }
+        }
+        let fields = self.schema.fields().clone();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(fields.len());
+        for (g, out) in self.agg.groups.iter().enumerate() {
+            let array: ArrayRef = match out {
+                GroupOut::Bucket => Arc::new(
+                    TimestampNanosecondArray::from_iter_values(self.keys.iter().map(|k| k.0))
+                        .with_timezone(sealion_common::catalog::TIME_ZONE),
+                ),
+                GroupOut::Tag(t) => Arc::new(StringArray::from_iter(
+                    self.keys.iter().map(|k| k.1[*t].as_deref()),
+                )),
+            };
+            columns.push(arrow::compute::cast(&array, fields[g].data_type())?);
+        }
+        let ngroups = self.agg.groups.len();
+        for (i, call) in self.agg.calls.iter().enumerate() {
+            let mut values = Vec::with_capacity(self.keys.len());
+            for g in 0..self.keys.len() {
+                let v = self.states[g * ncalls + i]
+                    .finalize(call.finalize)
+                    .map_err(|e| DataFusionError::Execution(format!("aggregate: {e}")))?;
+                values.push(scalar(
+                    v,
+                    kind_of(call.function).map(|k| k.output_type(call.input)),
+                ));
+            }
+            let array = if values.is_empty() {
+                arrow::array::new_empty_array(fields[ngroups + i].data_type())
+            } else {
+                ScalarValue::iter_to_array(values)?
+            };
+            columns.push(arrow::compute::cast(
+                &array,
+                fields[ngroups + i].data_type(),
+            )?);
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(self.keys.len()));
+        self.reservation.free();
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &options,
+        )?)
+    }
+}
+
+/// A finalized value as a scalar; `None` is a NULL of the output type.
+fn scalar(v: Option<Value>, ty: Option<ValueType>) -> ScalarValue {
+    match v {
+        Some(Value::F64(x)) => ScalarValue::Float64(Some(x)),
+        Some(Value::I64(x)) => ScalarValue::Int64(Some(x)),
+        Some(Value::U64(x)) => ScalarValue::UInt64(Some(x)),
+        Some(Value::Bool(x)) => ScalarValue::Boolean(Some(x)),
+        Some(Value::Str(x)) => ScalarValue::Utf8(Some(x)),
+        None => match ty {
+            Some(ValueType::I64) => ScalarValue::Int64(None),
+            Some(ValueType::U64) => ScalarValue::UInt64(None),
+            Some(ValueType::Bool) => ScalarValue::Boolean(None),
+            Some(ValueType::Str) => ScalarValue::Utf8(None),
+            Some(ValueType::F64) | None => ScalarValue::Float64(None),
+        },
+    }
+}

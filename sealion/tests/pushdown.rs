@@ -1,0 +1,406 @@
+//! Query planning against a model: every query runs on `sealion standalone`
+//! and on DataFusion over an in-memory table of the same rows, and the
+//! answers must agree. The data spans sealed partitions (with late rows and
+//! a DELETE pending) and an open one, with NULL tags and fields.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use common::*;
+use datafusion::datasource::MemTable;
+use datafusion::prelude::SessionContext;
+use serde_json::Value;
+
+const NS: i64 = 1_000_000_000;
+const HOSTS: usize = 6;
+const STEP_S: i64 = 430;
+
+#[derive(Clone, Debug)]
+struct Row {
+    host: usize,
+    t_ns: i64,
+    usage: Option<f64>,
+    n: Option<i64>,
+}
+
+fn region(host: usize) -> Option<String> {
+    // The last host has no region: a NULL tag.
+    (host + 1 < HOSTS).then(|| format!("r{}", host % 3))
+}
+
+/// A small deterministic generator (xorshift), so a failure repeats.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn value_row(rng: &mut Rng, host: usize, t_ns: i64) -> Row {
+    let usage = (rng.next() % 10 != 0).then(|| (rng.next() % 1000) as f64 / 10.0);
+    // Never both missing: a line needs a field.
+    let n = (usage.is_none() || rng.next() % 15 != 0).then(|| (rng.next() % 50) as i64 - 10);
+    Row {
+        host,
+        t_ns,
+        usage,
+        n,
+    }
+}
+
+/// Three days of 2024: each host one row about every 430 s, with jitter
+/// below 400 s so times stay unique per host.
+fn history(rng: &mut Rng) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for host in 0..HOSTS {
+        for k in 0..(3 * 86_400 / STEP_S) {
+            let t = (DAY0_S + k * STEP_S + (rng.next() % 400) as i64) * NS;
+            rows.push(value_row(rng, host, t));
+        }
+    }
+    rows
+}
+
+fn line(r: &Row) -> String {
+    let mut tags = format!("cpu,host=h{}", r.host);
+    if let Some(reg) = region(r.host) {
+        tags.push_str(&format!(",region={reg}"));
+    }
+    let mut fields = Vec::new();
+    if let Some(u) = r.usage {
+        fields.push(format!("usage={u:?}"));
+    }
+    if let Some(n) = r.n {
+        fields.push(format!("n={n}i"));
+    }
+    format!("{tags} {} {}\n", fields.join(","), r.t_ns)
+}
+
+async fn write(http: &Http, rows: &[Row]) {
+    for chunk in rows.chunks(2_000) {
+        let body: String = chunk.iter().map(line).collect();
+        let (status, text) = http.write("public", body).await;
+        assert_eq!(status, 204, "{text}");
+    }
+}
+
+/// DataFusion over the same rows, with `time_bucket` as Sealion names it.
+async fn model(rows: &[Row]) -> SessionContext {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new(
+            "time",
+            DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+            false,
+        ),
+        Field::new("host", DataType::Utf8, true),
+        Field::new("region", DataType::Utf8, true),
+        Field::new("usage", DataType::Float64, true),
+        Field::new("n", DataType::Int64, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(
+                TimestampNanosecondArray::from_iter_values(rows.iter().map(|r| r.t_ns))
+                    .with_timezone("UTC"),
+            ),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| Some(format!("h{}", r.host))),
+            )),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| region(r.host)))),
+            Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.usage))),
+            Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.n))),
+        ],
+    )
+    .unwrap();
+    let ctx = SessionContext::new();
+    ctx.register_udf(
+        datafusion::functions::datetime::date_bin()
+            .as_ref()
+            .clone()
+            .with_aliases(["time_bucket"]),
+    );
+    ctx.register_table(
+        "cpu",
+        Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap()),
+    )
+    .unwrap();
+    ctx
+}
+
+async fn model_rows(ctx: &SessionContext, q: &str) -> Vec<Vec<Value>> {
+    let batches = ctx.sql(q).await.unwrap().collect().await.unwrap();
+    sealion_query::http::json_rows(&batches).unwrap()
+}
+
+/// How closely a column must agree with the model.
+#[derive(Clone, Copy)]
+enum Tol {
+    /// Equal; floats to 1e-9 relative (sums may be added in another order).
+    Exact,
+    /// Within this much, absolute (approximate aggregates).
+    Abs(f64),
+    /// Within this fraction of the model's value.
+    Rel(f64),
+}
+
+fn agree(got: &Value, want: &Value, tol: Tol) -> bool {
+    match (got, want) {
+        (Value::Number(a), Value::Number(b)) => {
+            let (a, b) = (a.as_f64().unwrap(), b.as_f64().unwrap());
+            match tol {
+                Tol::Exact => a == b || (a - b).abs() <= 1e-9 * a.abs().max(b.abs()),
+                Tol::Abs(d) => (a - b).abs() <= d,
+                Tol::Rel(r) => (a - b).abs() <= r * b.abs().max(1.0),
+            }
+        }
+        (a, b) => a == b,
+    }
+}
+
+fn sorted(mut rows: Vec<Vec<Value>>, keys: usize) -> Vec<Vec<Value>> {
+    rows.sort_by_key(|r| serde_json::to_string(&r[..keys.min(r.len())]).unwrap());
+    rows
+}
+
+struct Case {
+    sql: &'static str,
+    /// Leading columns that identify a row (the group columns).
+    keys: usize,
+    /// Tolerance per column past the keys; missing ones are `Exact`.
+    tol: &'static [Tol],
+    pushed: bool,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        sql: "SELECT host, date_bin(INTERVAL '1 hour', time) AS b, max(usage), min(n), count(*), count(usage), sum(n), avg(usage) FROM cpu GROUP BY host, b",
+        keys: 2,
+        tol: &[],
+        pushed: true,
+    },
+    Case {
+        sql: "SELECT region, stddev(usage), var_pop(n), stddev_pop(usage), var(usage), sum(usage) FROM cpu WHERE time >= '2024-01-01T05:00:00Z' AND time < '2024-01-02T19:30:00Z' GROUP BY region",
+        keys: 1,
+        tol: &[],
+        pushed: true,
+    },
+    Case {
+        sql: "SELECT count(*), sum(usage), min(time), max(time), max(region) FROM cpu WHERE host = 'h3'",
+        keys: 0,
+        tol: &[],
+        pushed: true,
+    },
+    Case {
+        sql: "SELECT count(*), count(usage), sum(n), max(usage) FROM cpu WHERE host = 'nobody'",
+        keys: 0,
+        tol: &[],
+        pushed: true,
+    },
+    Case {
+        sql: "SELECT time_bucket(INTERVAL '15 minutes', time) AS b, host, count(DISTINCT n), min(usage) FROM cpu WHERE usage > 50 AND time BETWEEN '2024-01-02T00:00:00Z' AND '2024-01-02T06:00:00Z' GROUP BY b, host",
+        keys: 2,
+        tol: &[],
+        pushed: true,
+    },
+    Case {
+        sql: "SELECT host, date_trunc('day', time) AS d, first_value(usage ORDER BY time) IGNORE NULLS, last_value(n ORDER BY time) IGNORE NULLS, first_value(n ORDER BY time DESC) IGNORE NULLS FROM cpu GROUP BY host, d",
+        keys: 2,
+        tol: &[],
+        pushed: true,
+    },
+    Case {
+        sql: "SELECT date_bin(INTERVAL '1 day', time, TIMESTAMP '2024-01-01T06:00:00Z') AS b, region, count(*), avg(n) FROM cpu WHERE host IN ('h0', 'h1', 'h5') AND region IS NULL OR host = 'h4' GROUP BY b, region",
+        keys: 2,
+        tol: &[],
+        pushed: false,
+    },
+    Case {
+        sql: "SELECT date_bin(INTERVAL '1 day', time, TIMESTAMP '2024-01-01T06:00:00Z') AS b, region, count(*), avg(n) FROM cpu WHERE host NOT IN ('h0', 'h1') AND (usage < 20 OR NOT (n >= 0)) GROUP BY b, region",
+        keys: 2,
+        tol: &[],
+        pushed: true,
+    },
+    Case {
+        sql: "SELECT region, approx_distinct(n), approx_percentile_cont(0.5) WITHIN GROUP (ORDER BY usage), count(*) FROM cpu WHERE region IS NOT NULL GROUP BY region",
+        keys: 1,
+        tol: &[Tol::Rel(0.05), Tol::Abs(4.0), Tol::Exact],
+        pushed: true,
+    },
+    Case {
+        sql: "SELECT date_trunc('week', time) AS w, max(usage), count(n) FROM cpu GROUP BY w",
+        keys: 1,
+        tol: &[],
+        pushed: true,
+    },
+    // Shapes the nodes cannot compute exactly run as before: rows shipped,
+    // DataFusion aggregates.
+    Case {
+        sql: "SELECT host, sum(usage * 2), count(*) FROM cpu GROUP BY host",
+        keys: 1,
+        tol: &[],
+        pushed: false,
+    },
+    Case {
+        sql: "SELECT host, count(*) FROM cpu WHERE usage + 1 > 50 GROUP BY host",
+        keys: 1,
+        tol: &[],
+        pushed: false,
+    },
+    Case {
+        sql: "SELECT n, count(*) FROM cpu GROUP BY n",
+        keys: 1,
+        tol: &[],
+        pushed: false,
+    },
+    Case {
+        sql: "SELECT host, first_value(usage ORDER BY time) FROM cpu GROUP BY host",
+        keys: 1,
+        tol: &[],
+        pushed: false,
+    },
+    Case {
+        sql: "SELECT host, max(usage) FROM cpu GROUP BY host HAVING max(usage) > 99 ORDER BY host LIMIT 3",
+        keys: 1,
+        tol: &[],
+        pushed: true,
+    },
+];
+
+async fn explain(http: &Http, q: &str) -> String {
+    let rows = http.rows("public", &format!("EXPLAIN {q}")).await;
+    rows.iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r[0].as_str().unwrap_or(""),
+                r[1].as_str().unwrap_or("")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn check_all(http: &Http, ctx: &SessionContext, stage: &str) {
+    for case in CASES {
+        let got = sorted(http.rows("public", case.sql).await, case.keys);
+        let want = sorted(model_rows(ctx, case.sql).await, case.keys);
+        assert_eq!(
+            got.len(),
+            want.len(),
+            "{stage}: {}\n got {got:?}\nwant {want:?}",
+            case.sql
+        );
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.len(), w.len(), "{stage}: {}", case.sql);
+            for (i, (a, b)) in g.iter().zip(w).enumerate() {
+                let tol = i
+                    .checked_sub(case.keys)
+                    .and_then(|k| case.tol.get(k).copied())
+                    .unwrap_or(Tol::Exact);
+                assert!(
+                    agree(a, b, tol),
+                    "{stage}: {}\ncolumn {i}: got {a} want {b}\n got row {g:?}\nwant row {w:?}",
+                    case.sql
+                );
+            }
+        }
+        let plan = explain(http, case.sql).await;
+        assert_eq!(
+            plan.contains("SealionAggregateExec"),
+            case.pushed,
+            "{stage}: {} pushed down should be {}; plan:\n{plan}",
+            case.sql,
+            case.pushed
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
+    let s = start_standalone().await;
+    let mut rng = Rng(0x5ea1_1075);
+    let mut rows = history(&mut rng);
+    write(&s.http, &rows).await;
+    let ctx = model(&rows).await;
+    check_all(&s.http, &ctx, "open").await;
+
+    // Seal all three days; then late rows for one host and a DELETE for
+    // another, both pending on the sealed files; and an open partition.
+    let outcomes = admin_seal(&s.http, "cpu").await;
+    assert!(outcomes.iter().any(|o| o == "sealed"), "{outcomes:?}");
+    let late: Vec<Row> = (0..60)
+        .map(|k| {
+            let t = (DAY0_S + 86_400 + k * STEP_S + 410) * NS;
+            value_row(&mut rng, 1, t)
+        })
+        .collect();
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let recent: Vec<Row> = (0..40)
+        .map(|k| value_row(&mut rng, k % HOSTS, now_ns - 3_600 * NS + k as i64 * 7 * NS))
+        .collect();
+    write(&s.http, &late).await;
+    write(&s.http, &recent).await;
+    rows.extend(late);
+    rows.extend(recent);
+    let (from, to) = ((DAY0_S + 86_400) * NS, (DAY0_S + 86_400 + 43_200) * NS);
+    let deleted = s
+        .http
+        .rows(
+            "public",
+            "DELETE FROM cpu WHERE host = 'h2' AND time >= '2024-01-02T00:00:00Z' AND time < '2024-01-02T12:00:00Z'",
+        )
+        .await;
+    let before = rows.len();
+    rows.retain(|r| !(r.host == 2 && r.t_ns >= from && r.t_ns < to));
+    assert!(before > rows.len(), "the DELETE covers rows");
+    drop(deleted);
+    let ctx = model(&rows).await;
+    check_all(&s.http, &ctx, "sealed with late rows and a delete").await;
+
+    // A reseal folds both in.
+    admin_seal(&s.http, "cpu").await;
+    check_all(&s.http, &ctx, "resealed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_over_its_memory_limit_fails_alone_and_the_node_goes_on() {
+    let s = start_standalone_with(&["--query-memory-limit-mb", "8"]).await;
+    let mut rng = Rng(7);
+    let rows = history(&mut rng);
+    write(&s.http, &rows).await;
+    // A hash join's build side cannot spill: two million keys need far more
+    // than 8 MiB.
+    let (status, body) = s
+        .http
+        .sql(
+            "public",
+            "SELECT count(*) FROM generate_series(1, 2000000) AS a(x) JOIN generate_series(1, 2000000) AS b(y) ON a.x = b.y",
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["sqlstate"], "53200", "{body}");
+    let text = body["error"].as_str().unwrap();
+    assert!(text.contains("memory"), "{text}");
+    // The node is up and answers the next query.
+    let rows_back = s.http.rows("public", "SELECT count(*) FROM cpu").await;
+    assert_eq!(rows_back[0][0], serde_json::json!(rows.len()));
+    // A pushed aggregate counts its merge against the same pool.
+    let rows_back = s
+        .http
+        .rows("public", "SELECT host, count(*) FROM cpu GROUP BY host")
+        .await;
+    assert_eq!(rows_back.len(), HOSTS);
+}
