@@ -347,7 +347,7 @@ fn pushable(agg: &Aggregate) -> Option<SealionAggregate> {
 }
 
 /// Whether the nodes evaluate conjunct `e` exactly.
-fn exact(table: &Table, time: &str, e: &Expr) -> bool {
+pub(crate) fn exact(table: &Table, time: &str, e: &Expr) -> bool {
     use datafusion::logical_expr::{BinaryExpr, Operator};
     if let Some(p) = crate::pushdown::tag_predicate(table, e) {
         return p.values.len() <= crate::pushdown::MAX_PUSHED_IN_VALUES;
@@ -586,9 +586,12 @@ impl QueryPlanner for SealionQueryPlanner {
         logical_plan: &LogicalPlan,
         session: &dyn Session,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(AggregatePlanner)])
-            .create_physical_plan(logical_plan, session)
-            .await
+        DefaultPhysicalPlanner::with_extension_planners(vec![
+            Arc::new(AggregatePlanner),
+            Arc::new(crate::topn::RowsPlanner),
+        ])
+        .create_physical_plan(logical_plan, session)
+        .await
     }
 }
 
@@ -620,6 +623,7 @@ impl ExtensionPlanner for AggregatePlanner {
             filters: &node.filters,
             limit: None,
             aggregate: Some(spec),
+            order: sealion_common::proto::ScanOrder::OrderSeries,
         })?;
         let schema = Arc::new(node.schema.as_arrow().clone());
         Ok(Some(Arc::new(SealionAggregateExec::new(

@@ -18,6 +18,7 @@ pub mod scan_exec;
 pub mod server;
 pub mod sql;
 pub mod table;
+pub mod topn;
 
 use std::sync::Arc;
 

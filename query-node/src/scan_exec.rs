@@ -10,6 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::Ticket;
 use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
@@ -40,6 +41,19 @@ pub struct NodeScan {
     pub ticket: ScanRequest,
 }
 
+/// How the node requests of a scan are run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// All at once, one output partition per node.
+    Parallel,
+    /// For `ORDER BY time LIMIT n`: requests are grouped into steps of
+    /// partitions that share a time range, steps ordered newest (or oldest)
+    /// first; one output partition runs them step by step and stops once
+    /// `limit` rows have arrived, since no later step can hold a row that
+    /// comes before them.
+    Ordered { limit: u64 },
+}
+
 /// What planning decided, for EXPLAIN.
 #[derive(Debug, Clone, Default)]
 pub struct ScanPlan {
@@ -54,6 +68,10 @@ pub struct ScanPlan {
 pub struct SealionScanExec {
     schema: SchemaRef,
     nodes: Vec<NodeScan>,
+    /// For `Schedule::Ordered`: the step of each entry of `nodes`
+    /// (ascending, contiguous).
+    steps: Vec<usize>,
+    schedule: Schedule,
     plan: ScanPlan,
     storage: Arc<StorageClients>,
     metrics: ExecutionPlanMetricsSet,
@@ -78,15 +96,33 @@ impl SealionScanExec {
         plan: ScanPlan,
         storage: Arc<StorageClients>,
     ) -> Self {
+        let steps = vec![0; nodes.len()];
+        Self::with_schedule(schema, nodes, steps, Schedule::Parallel, plan, storage)
+    }
+
+    pub fn with_schedule(
+        schema: SchemaRef,
+        nodes: Vec<NodeScan>,
+        steps: Vec<usize>,
+        schedule: Schedule,
+        plan: ScanPlan,
+        storage: Arc<StorageClients>,
+    ) -> Self {
+        let partitions = match schedule {
+            Schedule::Parallel => nodes.len().max(1),
+            Schedule::Ordered { .. } => 1,
+        };
         let properties = PlanProperties::new(
             EquivalenceProperties::new(schema.clone()),
-            Partitioning::UnknownPartitioning(nodes.len().max(1)),
+            Partitioning::UnknownPartitioning(partitions),
             EmissionType::Incremental,
             Boundedness::Bounded,
         );
         SealionScanExec {
             schema,
             nodes,
+            steps,
+            schedule,
             plan,
             storage,
             metrics: ExecutionPlanMetricsSet::new(),
@@ -103,6 +139,8 @@ impl DisplayAs for SealionScanExec {
             .iter()
             .map(|n| n.ticket.partition_ids.len())
             .sum();
+        let mut nodes = nodes;
+        nodes.dedup();
         write!(
             f,
             "SealionScanExec: table={} partitions_total={} partitions_pruned_by_time={} partitions_pruned_by_tag_filter={} partitions_scanned={} nodes=[{}] pushed=[{}]",
@@ -113,7 +151,15 @@ impl DisplayAs for SealionScanExec {
             partitions,
             nodes.join(","),
             self.plan.pushed.join("; ")
-        )
+        )?;
+        if let Schedule::Ordered { limit } = self.schedule {
+            write!(
+                f,
+                " schedule=ordered steps={} stop_after_rows={limit}",
+                self.steps.last().map_or(0, |s| s + 1)
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -124,6 +170,7 @@ struct NodeCounters {
     bytes_shipped: Count,
     row_groups_skipped: Count,
     pages_decoded: Count,
+    partitions_read: Count,
 }
 
 impl NodeCounters {
@@ -135,6 +182,7 @@ impl NodeCounters {
             bytes_shipped: c("bytes_shipped"),
             row_groups_skipped: c("row_groups_skipped"),
             pages_decoded: c("pages_decoded"),
+            partitions_read: c("partitions_read"),
         }
     }
 
@@ -144,6 +192,7 @@ impl NodeCounters {
         self.bytes_shipped.add(m.bytes_returned as usize);
         self.row_groups_skipped.add(m.row_groups_skipped as usize);
         self.pages_decoded.add(m.pages_decoded as usize);
+        self.partitions_read.add(m.partitions_scanned as usize);
     }
 }
 
@@ -185,57 +234,112 @@ impl ExecutionPlan for SealionScanExec {
         partition: usize,
         _context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let Some(node) = self.nodes.get(partition).cloned() else {
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(
-                self.schema.clone(),
-                futures::stream::empty(),
-            )));
+        let counters = Arc::new(NodeCounters::new(&self.metrics, partition));
+        let stream = match self.schedule {
+            Schedule::Parallel => match self.nodes.get(partition).cloned() {
+                Some(node) => node_stream(&self.storage, node, counters).boxed(),
+                None => futures::stream::empty().boxed(),
+            },
+            Schedule::Ordered { limit } => {
+                let mut steps: Vec<Vec<NodeScan>> = Vec::new();
+                for (node, &step) in self.nodes.iter().zip(&self.steps) {
+                    if steps.len() <= step {
+                        steps.resize_with(step + 1, Vec::new);
+                    }
+                    steps[step].push(node.clone());
+                }
+                ordered_stream(self.storage.clone(), steps, limit, counters).boxed()
+            }
         };
-        let counters = NodeCounters::new(&self.metrics, partition);
-        let client = self.storage.flight(&node.addr);
-        let ticket = Ticket {
-            ticket: node.ticket.encode_to_vec().into(),
-        };
-        let (node_id, addr) = (node.node_id, node.addr.clone());
-        let stream = futures::stream::once(async move {
-            let mut client = client.map_err(|e| DataFusionError::External(Box::new(e)))?;
-            let response = client.do_get(ticket).await.map_err(|status| {
-                DataFusionError::External(Box::new(crate::Error::Unavailable(format!(
-                    "storage node {node_id} at {addr}: {}",
-                    status.message()
-                ))))
-            })?;
-            let flight = response
-                .into_inner()
-                .map_err(|s| FlightError::Tonic(Box::new(s)));
-            // Batches go on; the data-less last message carries the node's
-            // counters.
-            let batches = FlightDataDecoder::new(flight).filter_map(move |item| {
-                let out = match item {
-                    Err(e) => Some(Err(DataFusionError::External(Box::new(e)))),
-                    Ok(d) => match d.payload {
-                        DecodedPayload::RecordBatch(b) => Some(Ok(b)),
-                        DecodedPayload::None => {
-                            if let Ok(m) = ScanMetrics::decode(d.inner.app_metadata.as_ref()) {
-                                counters.add(&m);
-                            }
-                            None
-                        }
-                        DecodedPayload::Schema(_) => None,
-                    },
-                };
-                futures::future::ready(out)
-            });
-            Ok::<_, DataFusionError>(batches)
-        })
-        .try_flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
-            stream.boxed(),
+            stream,
         )))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
     }
+}
+
+/// One node's answer: its batches, with its counters taken from the
+/// data-less last message.
+fn node_stream(
+    storage: &StorageClients,
+    node: NodeScan,
+    counters: Arc<NodeCounters>,
+) -> impl futures::Stream<Item = DfResult<RecordBatch>> + Send + 'static {
+    let client = storage.flight(&node.addr);
+    let ticket = Ticket {
+        ticket: node.ticket.encode_to_vec().into(),
+    };
+    let (node_id, addr) = (node.node_id, node.addr.clone());
+    futures::stream::once(async move {
+        let mut client = client.map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let response = client.do_get(ticket).await.map_err(|status| {
+            DataFusionError::External(Box::new(crate::Error::Unavailable(format!(
+                "storage node {node_id} at {addr}: {}",
+                status.message()
+            ))))
+        })?;
+        let flight = response
+            .into_inner()
+            .map_err(|s| FlightError::Tonic(Box::new(s)));
+        let batches = FlightDataDecoder::new(flight).filter_map(move |item| {
+            let out = match item {
+                Err(e) => Some(Err(DataFusionError::External(Box::new(e)))),
+                Ok(d) => match d.payload {
+                    DecodedPayload::RecordBatch(b) => Some(Ok(b)),
+                    DecodedPayload::None => {
+                        if let Ok(m) = ScanMetrics::decode(d.inner.app_metadata.as_ref()) {
+                            counters.add(&m);
+                        }
+                        None
+                    }
+                    DecodedPayload::Schema(_) => None,
+                },
+            };
+            futures::future::ready(out)
+        });
+        Ok::<_, DataFusionError>(batches)
+    })
+    .try_flatten()
+}
+
+/// Steps run one after another (the requests within a step at once) until
+/// `limit` rows have arrived.
+fn ordered_stream(
+    storage: Arc<StorageClients>,
+    steps: Vec<Vec<NodeScan>>,
+    limit: u64,
+    counters: Arc<NodeCounters>,
+) -> impl futures::Stream<Item = DfResult<RecordBatch>> + Send + 'static {
+    let state = (steps.into_iter(), 0u64);
+    futures::stream::unfold(state, move |(mut steps, rows)| {
+        let storage = storage.clone();
+        let counters = counters.clone();
+        async move {
+            if rows >= limit {
+                return None;
+            }
+            let step = steps.next()?;
+            let streams: Vec<_> = step
+                .into_iter()
+                .map(|n| node_stream(&storage, n, counters.clone()).boxed())
+                .collect();
+            let batches: DfResult<Vec<RecordBatch>> =
+                futures::stream::select_all(streams).try_collect().await;
+            let (out, rows) = match batches {
+                Ok(b) => {
+                    let n: usize = b.iter().map(|b| b.num_rows()).sum();
+                    (Ok(b), rows + n as u64)
+                }
+                // An error ends the scan after it is passed on.
+                Err(e) => (Err(e), u64::MAX),
+            };
+            Some((out, (steps, rows)))
+        }
+    })
+    .map_ok(|batches| futures::stream::iter(batches.into_iter().map(Ok)))
+    .try_flatten()
 }

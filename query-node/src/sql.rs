@@ -302,7 +302,8 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
 
 /// DataFusion's rules with Sealion's aggregate pushdown placed after
 /// filters are pushed down and before `count(DISTINCT)` is rewritten into
-/// two aggregations (which the nodes would no longer recognize).
+/// two aggregations (which the nodes would no longer recognize), and the
+/// time-order pushdown last, once limits sit on their sorts.
 fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     let mut rules = Optimizer::new().rules;
     let at = rules
@@ -310,6 +311,7 @@ fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
         .position(|r| r.name() == "single_distinct_aggregation_to_group_by")
         .unwrap_or(rules.len());
     rules.insert(at, Arc::new(crate::aggregate::AggregatePushdown));
+    rules.push(Arc::new(crate::topn::TimeOrderPushdown));
     rules
 }
 

@@ -26,11 +26,11 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 use sealion_common::catalog::{arrow_schema, partitions_overlapping, time_column};
 use sealion_common::proto::{
-    AggregateSpec, Column, DeletePredicate, DeleteRequest, ScanRequest, Table, TagMatch,
+    AggregateSpec, Column, DeletePredicate, DeleteRequest, ScanOrder, ScanRequest, Table, TagMatch,
 };
 
 use crate::router::{StorageClients, WriteRouter};
-use crate::scan_exec::{NodeScan, ScanPlan, SealionScanExec};
+use crate::scan_exec::{NodeScan, ScanPlan, Schedule, SealionScanExec};
 
 /// A table's time range of interest, `[start_ns, end_ns)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,19 +222,38 @@ impl SealionTable {
             pruned_by_tag_filter = total - parts.len(),
             "scan planned"
         );
-        // One stream per storage node, each covering that node's partitions.
-        let mut by_node: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+        // A parallel scan asks every node once, for all of its partitions.
+        // An ordered one asks step by step, a step being the partitions of
+        // one time range, newest (or oldest) first, one request per node.
+        let ordered = shape.order != ScanOrder::OrderSeries;
+        let mut requests: std::collections::BTreeMap<(usize, u64), Vec<u64>> = Default::default();
+        let mut ranges: Vec<(i64, i64)> = parts.iter().map(|p| (p.start_ns, p.end_ns)).collect();
+        ranges.sort_unstable();
+        ranges.dedup();
+        if shape.order == ScanOrder::OrderTimeDesc {
+            ranges.reverse();
+        }
         for p in parts {
             let Some(&primary) = p.replicas.first() else {
                 continue;
             };
-            by_node.entry(primary).or_default().push(p.id);
+            let step = if ordered {
+                ranges
+                    .iter()
+                    .position(|r| *r == (p.start_ns, p.end_ns))
+                    .unwrap_or(0)
+            } else {
+                0
+            };
+            requests.entry((step, primary)).or_default().push(p.id);
         }
         // No node to ask still plans a scan (of nothing), so EXPLAIN shows
         // what was pruned.
         let field_predicate = pushed.field.clone();
-        let mut nodes: Vec<NodeScan> = Vec::with_capacity(by_node.len());
-        for (node_id, partition_ids) in by_node {
+        let mut nodes: Vec<NodeScan> = Vec::with_capacity(requests.len());
+        let mut steps = Vec::with_capacity(requests.len());
+        for ((step, node_id), partition_ids) in requests {
+            steps.push(step);
             let addr = sealion_common::catalog::node(&state, node_id)
                 .map(|n| n.addr.clone())
                 .ok_or_else(|| {
@@ -253,6 +272,7 @@ impl SealionTable {
                 tag_predicates: pushed.tags.clone(),
                 field_predicate: field_predicate.clone(),
                 aggregate: shape.aggregate.clone(),
+                order: shape.order as i32,
                 ..Default::default()
             };
             nodes.push(NodeScan {
@@ -272,6 +292,11 @@ impl SealionTable {
                 crate::pushdown::describe_field(f)
             ));
         }
+        match shape.order {
+            ScanOrder::OrderSeries => {}
+            ScanOrder::OrderTimeAsc => described.push("order time ASC".into()),
+            ScanOrder::OrderTimeDesc => described.push("order time DESC".into()),
+        }
         if let Some(l) = shape.limit {
             described.push(format!("limit {l}"));
         }
@@ -285,9 +310,17 @@ impl SealionTable {
             pruned_by_tag_filter: total - parts_scanned,
             pushed: described,
         };
-        Ok(SealionScanExec::new(
+        let schedule = match (ordered, shape.limit) {
+            (true, Some(limit)) => Schedule::Ordered {
+                limit: limit as u64,
+            },
+            _ => Schedule::Parallel,
+        };
+        Ok(SealionScanExec::with_schedule(
             shape.schema,
             nodes,
+            steps,
+            schedule,
             plan,
             self.storage.clone(),
         ))
@@ -306,6 +339,10 @@ pub struct ScanShape<'a> {
     pub limit: Option<usize>,
     /// Partial aggregation instead of rows.
     pub aggregate: Option<AggregateSpec>,
+    /// Rows in time order (with `limit`): each node answers its first
+    /// `limit` rows in that order, and partitions are read in that order
+    /// until `limit` rows are in.
+    pub order: ScanOrder,
 }
 
 #[async_trait]
@@ -352,6 +389,7 @@ impl TableProvider for SealionTable {
             filters,
             limit,
             aggregate: None,
+            order: ScanOrder::OrderSeries,
         })?;
         Ok(Arc::new(scan))
     }

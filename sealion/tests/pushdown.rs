@@ -277,7 +277,11 @@ const CASES: &[Case] = &[
 ];
 
 async fn explain(http: &Http, q: &str) -> String {
-    let rows = http.rows("public", &format!("EXPLAIN {q}")).await;
+    explain_with(http, "EXPLAIN", q).await
+}
+
+async fn explain_with(http: &Http, how: &str, q: &str) -> String {
+    let rows = http.rows("public", &format!("{how} {q}")).await;
     rows.iter()
         .map(|r| {
             format!(
@@ -325,6 +329,76 @@ async fn check_all(http: &Http, ctx: &SessionContext, stage: &str) {
     }
 }
 
+/// `ORDER BY time LIMIT n` queries: (SQL, pushed down). The first column
+/// is the time; rows that tie on it may be any of the tied rows.
+const TIME_ORDERED: &[(&str, bool)] = &[
+    (
+        "SELECT time, host, usage FROM cpu ORDER BY time DESC LIMIT 5",
+        true,
+    ),
+    (
+        "SELECT time, host, n FROM cpu WHERE host = 'h1' ORDER BY time DESC LIMIT 20",
+        true,
+    ),
+    (
+        "SELECT time, usage FROM cpu WHERE usage > 90 ORDER BY time ASC LIMIT 7",
+        true,
+    ),
+    (
+        "SELECT time, host FROM cpu WHERE region IS NULL ORDER BY time DESC LIMIT 3 OFFSET 2",
+        true,
+    ),
+    (
+        "SELECT time, host, region FROM cpu WHERE host = 'h2' AND time < '2024-01-03T12:00:00Z' ORDER BY time DESC LIMIT 700",
+        true,
+    ),
+    (
+        "SELECT time, n FROM cpu WHERE n * 2 > 10 ORDER BY time DESC LIMIT 4",
+        false,
+    ),
+    (
+        "SELECT time, n FROM cpu ORDER BY time DESC, n LIMIT 4",
+        false,
+    ),
+];
+
+async fn check_time_ordered(http: &Http, ctx: &SessionContext, stage: &str) {
+    for (q, pushed) in TIME_ORDERED {
+        let got = http.rows("public", q).await;
+        let want = model_rows(ctx, q).await;
+        let times = |rows: &[Vec<Value>]| rows.iter().map(|r| r[0].clone()).collect::<Vec<_>>();
+        assert_eq!(times(&got), times(&want), "{stage}: {q}");
+        // Every row returned is a row of the table that passes the filter.
+        let unlimited = q.split(" ORDER BY").next().unwrap();
+        let all = model_rows(ctx, unlimited).await;
+        for r in &got {
+            assert!(
+                all.contains(r),
+                "{stage}: {q}: row {r:?} is not in the model"
+            );
+        }
+        let plan = explain(http, q).await;
+        assert_eq!(
+            plan.contains("SealionRows"),
+            *pushed,
+            "{stage}: {q} pushed down should be {pushed}; plan:\n{plan}"
+        );
+    }
+}
+
+/// The `name=value` metric of an EXPLAIN ANALYZE text.
+fn metric(plan: &str, name: &str) -> u64 {
+    let at = plan
+        .find(&format!("{name}="))
+        .unwrap_or_else(|| panic!("no {name} in\n{plan}"));
+    plan[at + name.len() + 1..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     let s = start_standalone().await;
@@ -333,6 +407,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     write(&s.http, &rows).await;
     let ctx = model(&rows).await;
     check_all(&s.http, &ctx, "open").await;
+    check_time_ordered(&s.http, &ctx, "open").await;
 
     // Seal all three days; then late rows for one host and a DELETE for
     // another, both pending on the sealed files; and an open partition.
@@ -369,10 +444,22 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     drop(deleted);
     let ctx = model(&rows).await;
     check_all(&s.http, &ctx, "sealed with late rows and a delete").await;
+    check_time_ordered(&s.http, &ctx, "sealed with late rows and a delete").await;
+    // With no time range, the newest rows are found in the newest
+    // partition alone: the others are never read.
+    let q = "SELECT time, host FROM cpu ORDER BY time DESC LIMIT 5";
+    let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;
+    assert_eq!(metric(&plan, "partitions_total"), 4, "{plan}");
+    assert_eq!(metric(&plan, "partitions_read"), 1, "{plan}");
+    // Oldest first reads the first day's partition alone.
+    let q = "SELECT time, host FROM cpu WHERE host = 'h0' ORDER BY time LIMIT 5";
+    let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;
+    assert_eq!(metric(&plan, "partitions_read"), 1, "{plan}");
 
     // A reseal folds both in.
     admin_seal(&s.http, "cpu").await;
     check_all(&s.http, &ctx, "resealed").await;
+    check_time_ordered(&s.http, &ctx, "resealed").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
