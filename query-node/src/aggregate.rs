@@ -550,6 +550,21 @@ fn call_of(table: &Table, time: &str, e: &Expr) -> Option<PushedCall> {
             input: input_of(c),
             finalize: Finalize::Quantile(if descending { 1.0 - q } else { q }),
         }
+    } else if let Some(f) = inner.downcast_ref::<crate::functions::FirstLast>() {
+        // first(value, time) / last(value, time): the states' own meaning.
+        if params.args.len() != 2 || !params.order_by.is_empty() || params.distinct {
+            return None;
+        }
+        if !is_time_column(&params.args[1], time) {
+            return None;
+        }
+        let c = arg_column(0)?;
+        PushedCall {
+            function: if f.is_last() { F::AggLast } else { F::AggFirst },
+            column: c.name.clone(),
+            input: input_of(c),
+            finalize: Finalize::Natural,
+        }
     } else if inner.is::<FirstValue>() || inner.is::<LastValue>() {
         // Only with IGNORE NULLS: the states keep the value of the first or
         // last row that has one.

@@ -9,6 +9,7 @@
 pub mod aggregate;
 pub mod catalog;
 pub mod error;
+pub mod functions;
 pub mod http;
 pub mod lineproto;
 pub mod pg;

@@ -330,6 +330,9 @@ impl SqlEngine {
         let ctx = SessionContext::new_with_state(state);
         // `time_bucket` is `date_bin` under the name TimescaleDB users know.
         ctx.register_udf(crate::aggregate::date_bin_udf().as_ref().clone());
+        for f in crate::functions::first_last() {
+            ctx.register_udaf(f);
+        }
         ctx.register_catalog(CATALOG, Arc::new(SealionCatalog::new(shared.clone())));
         datafusion_postgres::datafusion_pg_catalog::pg_catalog::setup_pg_catalog(
             &ctx,
