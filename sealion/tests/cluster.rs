@@ -291,28 +291,6 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
     drop(query);
 }
 
-/// A base port whose internal ports (base+1..=3, base+101..=103) are free.
-fn free_base_port() -> u16 {
-    for _ in 0..200 {
-        let base = 20_000 + (std::process::id() as u16 % 50) * 400 + (rand_u16() % 300);
-        let ports = [1u16, 2, 3, 101, 102, 103].map(|o| base + o);
-        if ports
-            .iter()
-            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        {
-            return base;
-        }
-    }
-    panic!("no free base port");
-}
-
-fn rand_u16() -> u16 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u16
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sealion_cluster_command_runs_a_working_cluster_and_stops_it() {
     let dir = tempfile::tempdir().unwrap();

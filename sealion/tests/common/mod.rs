@@ -400,3 +400,25 @@ pub async fn admin_seal(http: &Http, table: &str) -> Vec<String> {
         .map(|p| p["outcome"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// A base port whose internal ports (base+1..=3, base+101..=103) are free.
+pub fn free_base_port() -> u16 {
+    for _ in 0..200 {
+        let base = 20_000 + (std::process::id() as u16 % 50) * 400 + (rand_u16() % 300);
+        let ports = [1u16, 2, 3, 101, 102, 103].map(|o| base + o);
+        if ports
+            .iter()
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        {
+            return base;
+        }
+    }
+    panic!("no free base port");
+}
+
+pub fn rand_u16() -> u16 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u16
+}
