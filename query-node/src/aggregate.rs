@@ -390,32 +390,38 @@ pub fn date_bin_udf() -> Arc<ScalarUDF> {
     .clone()
 }
 
+/// `(width, origin)` of `date_bin` arguments `(interval, time[, origin])`
+/// when the interval has a fixed length and the origin is a literal.
+pub(crate) fn bucket_args(args: &[Expr]) -> Option<(i64, i64)> {
+    let width = match args.first()? {
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
+            i64::from(v.days)
+                .checked_mul(86_400 * NS_PER_SECOND)?
+                .checked_add(v.nanoseconds)?
+        }
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => i64::from(v.days)
+            .checked_mul(86_400 * NS_PER_SECOND)?
+            .checked_add(i64::from(v.milliseconds).checked_mul(1_000_000)?)?,
+        _ => return None,
+    };
+    if width <= 0 || args.len() < 2 || args.len() > 3 {
+        return None;
+    }
+    let origin = match args.get(2) {
+        None => 0,
+        Some(e) => literal_ns(e)?,
+    };
+    Some((width, origin))
+}
+
 /// `(width, origin)` of a time bucket group expression over `time`.
 fn bucket_of(f: &ScalarFunction, time: &str) -> Option<(i64, i64)> {
     let inner = f.func.inner();
     if inner.is::<DateBinFunc>() || *f.func == *date_bin_udf() {
-        let width = match f.args.first()? {
-            Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
-                i64::from(v.days)
-                    .checked_mul(86_400 * NS_PER_SECOND)?
-                    .checked_add(v.nanoseconds)?
-            }
-            Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => i64::from(v.days)
-                .checked_mul(86_400 * NS_PER_SECOND)?
-                .checked_add(i64::from(v.milliseconds).checked_mul(1_000_000)?)?,
-            _ => return None,
-        };
-        if width <= 0 || !is_time_column(f.args.get(1)?, time) {
+        if !is_time_column(f.args.get(1)?, time) {
             return None;
         }
-        let origin = match f.args.get(2) {
-            None => 0,
-            Some(e) => literal_ns(e)?,
-        };
-        if f.args.len() > 3 {
-            return None;
-        }
-        return Some((width, origin));
+        return bucket_args(&f.args);
     }
     if inner.is::<DateTruncFunc>() {
         // The time column is in UTC, where these units have fixed lengths.
@@ -604,6 +610,7 @@ impl QueryPlanner for SealionQueryPlanner {
         DefaultPhysicalPlanner::with_extension_planners(vec![
             Arc::new(AggregatePlanner),
             Arc::new(crate::topn::RowsPlanner),
+            Arc::new(crate::gapfill::GapFillPlanner),
         ])
         .create_physical_plan(logical_plan, session)
         .await

@@ -10,6 +10,7 @@ pub mod aggregate;
 pub mod catalog;
 pub mod error;
 pub mod functions;
+pub mod gapfill;
 pub mod http;
 pub mod lineproto;
 pub mod pg;

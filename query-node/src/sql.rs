@@ -300,9 +300,9 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
     ))
 }
 
-/// DataFusion's rules with Sealion's aggregate pushdown placed after
-/// filters are pushed down and before `count(DISTINCT)` is rewritten into
-/// two aggregations (which the nodes would no longer recognize), and the
+/// DataFusion's rules with Sealion's gap filling and aggregate pushdown
+/// placed after filters are pushed down and before `count(DISTINCT)` is
+/// rewritten into two aggregations (which the nodes would no longer recognize), and the
 /// time-order pushdown last, once limits sit on their sorts.
 fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     let mut rules = Optimizer::new().rules;
@@ -311,6 +311,7 @@ fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
         .position(|r| r.name() == "single_distinct_aggregation_to_group_by")
         .unwrap_or(rules.len());
     rules.insert(at, Arc::new(crate::aggregate::AggregatePushdown));
+    rules.insert(at, Arc::new(crate::gapfill::GapFillRule));
     rules.push(Arc::new(crate::topn::TimeOrderPushdown));
     rules
 }
@@ -332,6 +333,9 @@ impl SqlEngine {
         ctx.register_udf(crate::aggregate::date_bin_udf().as_ref().clone());
         for f in crate::functions::first_last() {
             ctx.register_udaf(f);
+        }
+        for f in crate::gapfill::udfs() {
+            ctx.register_udf(f);
         }
         ctx.register_catalog(CATALOG, Arc::new(SealionCatalog::new(shared.clone())));
         datafusion_postgres::datafusion_pg_catalog::pg_catalog::setup_pg_catalog(
