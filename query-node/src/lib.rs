@@ -7,6 +7,7 @@
 //! that own their partitions. It must never depend on RocksDB.
 
 pub mod aggregate;
+pub mod asof;
 pub mod catalog;
 pub mod error;
 pub mod functions;

@@ -337,6 +337,12 @@ impl SqlEngine {
         for f in crate::gapfill::udfs() {
             ctx.register_udf(f);
         }
+        ctx.register_udtf(
+            "asof_join",
+            Arc::new(crate::asof::AsofJoinFunction {
+                shared: shared.clone(),
+            }),
+        );
         ctx.register_catalog(CATALOG, Arc::new(SealionCatalog::new(shared.clone())));
         datafusion_postgres::datafusion_pg_catalog::pg_catalog::setup_pg_catalog(
             &ctx,

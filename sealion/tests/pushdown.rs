@@ -759,3 +759,103 @@ async fn random_aggregates_on_a_cluster_answer_as_datafusion_does() {
     check_random(&http, &ctx, seed ^ 0x9e37, 60, "sealed, late rows, delete").await;
     drop(launcher);
 }
+
+/// Trades for the as-of join: unique times per host, some before any
+/// reading, some for a host with no readings.
+fn trades(rng: &mut Rng, count: usize) -> Vec<(usize, i64, f64)> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    while out.len() < count {
+        let host = (rng.next() % (HOSTS as u64 + 1)) as usize;
+        let t = (DAY0_S - 600 + (rng.next() % (3 * 86_400 + 1_200)) as i64) * NS;
+        if seen.insert((host, t)) {
+            out.push((host, t, (rng.next() % 1000) as f64));
+        }
+    }
+    out
+}
+
+async fn model_with_trades(rows: &[Row], trades: &[(usize, i64, f64)]) -> SessionContext {
+    let ctx = model(rows).await;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new(
+            "time",
+            DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+            false,
+        ),
+        Field::new("host", DataType::Utf8, true),
+        Field::new("price", DataType::Float64, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(
+                TimestampNanosecondArray::from_iter_values(trades.iter().map(|t| t.1))
+                    .with_timezone("UTC"),
+            ),
+            Arc::new(StringArray::from_iter(
+                trades.iter().map(|t| Some(format!("h{}", t.0))),
+            )),
+            Arc::new(Float64Array::from_iter_values(trades.iter().map(|t| t.2))),
+        ],
+    )
+    .unwrap();
+    ctx.register_table(
+        "trades",
+        Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap()),
+    )
+    .unwrap();
+    ctx
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asof_join_answers_as_a_window_function_model_by_probe_and_by_merge() {
+    let s = start_standalone().await;
+    let mut rng = Rng(0xa50f);
+    let rows = history(&mut rng);
+    write(&s.http, &rows).await;
+    admin_seal(&s.http, "cpu").await;
+    let sealion_sql = "SELECT host, time, price, cpu_usage, cpu_n, cpu_time FROM asof_join('trades', 'cpu', 'host')";
+    let model_sql = "WITH j AS (SELECT t.host, t.time, t.price, c.usage, c.n, c.time AS ctime, \
+        row_number() OVER (PARTITION BY t.host, t.time ORDER BY c.time DESC) AS rn \
+        FROM trades t LEFT JOIN cpu c ON c.host = t.host AND c.time <= t.time) \
+        SELECT host, time, price, usage AS cpu_usage, n AS cpu_n, ctime AS cpu_time FROM j WHERE rn = 1";
+    // A few hundred trades: the right side is read for their hosts only.
+    // Then more trades than the probe limit: one merge of both sides.
+    let mut all = Vec::new();
+    for (count, probe) in [(300usize, 1u64), (12_000, 0)] {
+        let batch = trades(&mut rng, count);
+        let body: String = batch
+            .iter()
+            .filter(|t| {
+                !all.iter()
+                    .any(|a: &(usize, i64, f64)| a.0 == t.0 && a.1 == t.1)
+            })
+            .map(|(h, t, p)| format!("trades,host=h{h} price={p:?} {t}\n"))
+            .collect();
+        let (status, text) = s.http.write("public", body).await;
+        assert_eq!(status, 204, "{text}");
+        for t in batch {
+            if !all
+                .iter()
+                .any(|a: &(usize, i64, f64)| a.0 == t.0 && a.1 == t.1)
+            {
+                all.push(t);
+            }
+        }
+        let ctx = model_with_trades(&rows, &all).await;
+        for filter in [
+            "",
+            " WHERE host IN ('h1', 'h6') AND time >= '2024-01-02T00:00:00Z'",
+        ] {
+            let q = format!("{sealion_sql}{filter}");
+            let m = format!("{model_sql}{}", filter.replace(" WHERE ", " AND "));
+            let got = sorted(s.http.rows("public", &q).await, 2);
+            let want = sorted(model_rows(&ctx, &m).await, 2);
+            assert_eq!(got.len(), want.len(), "{q}");
+            assert_eq!(got, want, "{q}");
+        }
+        let plan = explain_with(&s.http, "EXPLAIN ANALYZE", sealion_sql).await;
+        assert_eq!(metric(&plan, "probe_regime"), probe, "{plan}");
+    }
+}

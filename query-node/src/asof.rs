@@ -1,0 +1,572 @@
+//! The as-of join: for each row of one table, the latest row of another at
+//! or before its time with the same key.
+//!
+//! ```sql
+//! SELECT * FROM asof_join('trades', 'quotes', 'host')
+//! WHERE time >= '2024-01-01T00:00:00Z' AND host = 'a'
+//! ```
+//!
+//! answers every row of `trades` (a left outer join: no match gives NULLs)
+//! with the columns of the `quotes` row matched to it, named
+//! `quotes_<column>` (`quotes_time` is the matched row's time); the key
+//! columns (comma-separated in the third argument) appear once.
+//!
+//! Both sides are read, sorted by (key, time) and merged in one pass. When
+//! the left side is small (at most [`PROBE_MAX_LEFT_ROWS`] rows) and the
+//! keys are tags of the right table, the right side is read only for the
+//! keys the left side holds, which the storage nodes answer by series
+//! lookup and the planner by tag-filter pruning: probes instead of a full
+//! read. Either way nothing after the latest left time is read on the
+//! right. Filters on the left table's columns go to its scan; filters on
+//! the keys go to both; DataFusion applies every filter again above.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::compute::kernels::cast::cast;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit, TimestampNanosecondType};
+use arrow::row::{RowConverter, SortField};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{ScalarValue, plan_err};
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use datafusion::prelude::{col, lit};
+use futures::{StreamExt, TryStreamExt};
+use sealion_common::catalog::{arrow_schema, find_table, time_column};
+use sealion_common::proto::{ColumnKind, ScanOrder, Table};
+
+use crate::catalog::Shared;
+use crate::table::{ScanShape, SealionTable};
+
+/// Left sides of at most this many rows read the right side only for
+/// their keys.
+pub const PROBE_MAX_LEFT_ROWS: usize = 10_000;
+
+/// Most distinct keys a probe asks for.
+const PROBE_MAX_KEYS: usize = 1_000;
+
+/// `asof_join(left, right, keys)`.
+pub struct AsofJoinFunction {
+    pub shared: Shared,
+}
+
+impl fmt::Debug for AsofJoinFunction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AsofJoinFunction")
+    }
+}
+
+fn text_arg(e: &Expr, what: &str) -> DfResult<String> {
+    match e {
+        Expr::Literal(
+            ScalarValue::Utf8(Some(s))
+            | ScalarValue::LargeUtf8(Some(s))
+            | ScalarValue::Utf8View(Some(s)),
+            _,
+        ) => Ok(s.clone()),
+        other => plan_err!("asof_join: {what} must be a text literal, not {other}"),
+    }
+}
+
+impl TableFunctionImpl for AsofJoinFunction {
+    fn call_with_args(&self, args: TableFunctionArgs) -> DfResult<Arc<dyn TableProvider>> {
+        let exprs = args.exprs();
+        if exprs.len() != 3 {
+            return plan_err!(
+                "asof_join(left_table, right_table, 'key[,key...]') takes three arguments"
+            );
+        }
+        let default_db = args
+            .session()
+            .config_options()
+            .catalog
+            .default_schema
+            .clone();
+        let state = self.shared.meta.state();
+        let resolve = |e: &Expr, what: &str| -> DfResult<Table> {
+            let name = text_arg(e, what)?;
+            let (db, table) = match name.split_once('.') {
+                Some((d, t)) => (d.to_string(), t.to_string()),
+                None => (default_db.clone(), name.clone()),
+            };
+            find_table(&state, &db, &table).cloned().ok_or_else(|| {
+                DataFusionError::Plan(format!("table '{db}.{table}' does not exist"))
+            })
+        };
+        let left = resolve(&exprs[0], "the left table")?;
+        let right = resolve(&exprs[1], "the right table")?;
+        let keys: Vec<String> = text_arg(&exprs[2], "the keys")?
+            .split(',')
+            .map(|k| k.trim().to_string())
+            .filter(|k| !k.is_empty())
+            .collect();
+        if keys.is_empty() {
+            return plan_err!("asof_join: name at least one key column");
+        }
+        for k in &keys {
+            for t in [&left, &right] {
+                match t.columns.iter().find(|c| &c.name == k) {
+                    Some(c) if c.kind() != ColumnKind::Time => {}
+                    _ => return plan_err!("asof_join: key {k:?} is not a column of {}", t.name),
+                }
+            }
+        }
+        if time_column(&left).is_none() || time_column(&right).is_none() {
+            return plan_err!("asof_join: both tables need a time column");
+        }
+        let make = |t: Table| {
+            Arc::new(SealionTable::new(
+                t,
+                self.shared.meta.clone(),
+                self.shared.storage.clone(),
+                self.shared.router.clone(),
+            ))
+        };
+        let (left, right) = (make(left), make(right));
+        let schema = output_schema(&left.table, &right.table, &keys)?;
+        Ok(Arc::new(AsofTable {
+            left,
+            right,
+            keys,
+            schema,
+        }))
+    }
+}
+
+/// Left's columns, then right's non-key columns as `<right>_<name>`.
+fn output_schema(left: &Table, right: &Table, keys: &[String]) -> DfResult<SchemaRef> {
+    let mut fields: Vec<Field> = arrow_schema(&left.columns)
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    for f in arrow_schema(&right.columns).fields() {
+        if keys.contains(f.name()) {
+            continue;
+        }
+        let name = format!("{}_{}", right.name, f.name());
+        if fields.iter().any(|x| x.name() == &name) {
+            return plan_err!("asof_join: column {name} would appear twice");
+        }
+        fields.push(Field::new(name, f.data_type().clone(), true));
+    }
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+#[derive(Debug)]
+struct AsofTable {
+    left: Arc<SealionTable>,
+    right: Arc<SealionTable>,
+    keys: Vec<String>,
+    schema: SchemaRef,
+}
+
+/// The column names an expression reads.
+fn columns_of(e: &Expr) -> Vec<String> {
+    e.column_refs()
+        .into_iter()
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+#[async_trait]
+impl TableProvider for AsofTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let left_names: Vec<&str> = self
+            .left
+            .table
+            .columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        // A left row is in the answer exactly when it passes the filters on
+        // its own columns, so those can go to its scan; key filters hold on
+        // both sides.
+        let left_filters: Vec<Expr> = filters
+            .iter()
+            .filter(|f| {
+                columns_of(f)
+                    .iter()
+                    .all(|c| left_names.contains(&c.as_str()))
+            })
+            .cloned()
+            .collect();
+        let key_filters: Vec<Expr> = filters
+            .iter()
+            .filter(|f| {
+                let cols = columns_of(f);
+                !cols.is_empty() && cols.iter().all(|c| self.keys.contains(c))
+            })
+            .cloned()
+            .collect();
+        let left = self.left.scan(state, None, &left_filters, None).await?;
+        let left_time = time_column(&self.left.table)
+            .map(|c| c.name.clone())
+            .unwrap_or_default();
+        let exec = AsofExec::new(
+            left,
+            left_time,
+            self.right.clone(),
+            self.keys.clone(),
+            key_filters,
+            self.schema.clone(),
+            projection.cloned(),
+        );
+        Ok(Arc::new(exec))
+    }
+}
+
+#[derive(Debug)]
+struct AsofExec {
+    left: Arc<dyn ExecutionPlan>,
+    left_time: String,
+    right: Arc<SealionTable>,
+    keys: Vec<String>,
+    right_filters: Vec<Expr>,
+    /// The full output schema, before projection.
+    full_schema: SchemaRef,
+    projection: Option<Vec<usize>>,
+    schema: SchemaRef,
+    metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
+}
+
+impl AsofExec {
+    fn new(
+        left: Arc<dyn ExecutionPlan>,
+        left_time: String,
+        right: Arc<SealionTable>,
+        keys: Vec<String>,
+        right_filters: Vec<Expr>,
+        full_schema: SchemaRef,
+        projection: Option<Vec<usize>>,
+    ) -> Self {
+        let schema = match &projection {
+            Some(p) => Arc::new(
+                full_schema
+                    .project(p)
+                    .unwrap_or_else(|_| (*full_schema).clone()),
+            ),
+            None => full_schema.clone(),
+        };
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        );
+        AsofExec {
+            left,
+            left_time,
+            right,
+            keys,
+            right_filters,
+            full_schema,
+            projection,
+            schema,
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties: Arc::new(properties),
+        }
+    }
+}
+
+impl DisplayAs for AsofExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "AsofJoinExec: right={} keys=[{}] (merge in time order; right read only for the left's keys when the left has at most {PROBE_MAX_LEFT_ROWS} rows)",
+            self.right.table.name,
+            self.keys.join(",")
+        )
+    }
+}
+
+impl ExecutionPlan for AsofExec {
+    fn name(&self) -> &str {
+        "AsofJoinExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.left]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let [left] = <[_; 1]>::try_from(children)
+            .map_err(|_| DataFusionError::Internal("AsofJoinExec has one child".into()))?;
+        Ok(Arc::new(AsofExec::new(
+            left,
+            self.left_time.clone(),
+            self.right.clone(),
+            self.keys.clone(),
+            self.right_filters.clone(),
+            self.full_schema.clone(),
+            self.projection.clone(),
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "AsofJoinExec has one partition, not {partition}"
+            )));
+        }
+        let n = self.left.properties().partitioning.partition_count();
+        let mut lefts = Vec::with_capacity(n);
+        for i in 0..n {
+            lefts.push(self.left.execute(i, context.clone())?);
+        }
+        let left_schema = self.left.schema();
+        let left_time_name = self.left_time.clone();
+        let right = self.right.clone();
+        let keys = self.keys.clone();
+        let right_filters = self.right_filters.clone();
+        let full_schema = self.full_schema.clone();
+        let projection = self.projection.clone();
+        let schema = self.schema.clone();
+        let probes = MetricBuilder::new(&self.metrics).counter("probe_regime", 0);
+        let right_rows = MetricBuilder::new(&self.metrics).counter("right_rows", 0);
+        let reservation = MemoryConsumer::new("AsofJoinExec").register(context.memory_pool());
+        let stream = futures::stream::once(async move {
+            let batches: Vec<RecordBatch> =
+                futures::stream::select_all(lefts).try_collect().await?;
+            for b in &batches {
+                reservation.try_grow(b.get_array_memory_size())?;
+            }
+            let left = arrow::compute::concat_batches(&left_schema, &batches)?;
+            drop(batches);
+            let left_time = left.schema().index_of(&left_time_name)?;
+            let left_times = times_of(left.column(left_time))?;
+            // Nothing after the latest left time can match.
+            let mut filters = right_filters;
+            let rtime = time_column(&right.table)
+                .map(|c| c.name.clone())
+                .unwrap_or_default();
+            if let Some(max) = left_times.iter().max() {
+                filters.push(
+                    col(rtime.as_str()).lt_eq(lit(ScalarValue::TimestampNanosecond(
+                        Some(*max),
+                        Some(sealion_common::catalog::TIME_ZONE.into()),
+                    ))),
+                );
+            } else {
+                // No left row: an empty answer.
+                return Ok(RecordBatch::new_empty(schema));
+            }
+            let key_tags = keys.iter().all(|k| {
+                right
+                    .table
+                    .columns
+                    .iter()
+                    .any(|c| &c.name == k && c.kind() == ColumnKind::Tag)
+            });
+            if left.num_rows() <= PROBE_MAX_LEFT_ROWS && key_tags {
+                let mut probe = Vec::new();
+                for k in &keys {
+                    let i = left.schema().index_of(k)?;
+                    let values = cast(left.column(i), &DataType::Utf8)?;
+                    let values = values.as_string::<i32>();
+                    let mut distinct: Vec<&str> = values.iter().flatten().collect();
+                    distinct.sort_unstable();
+                    distinct.dedup();
+                    if distinct.len() > PROBE_MAX_KEYS {
+                        probe.clear();
+                        break;
+                    }
+                    probe.push(
+                        col(k.as_str()).in_list(distinct.into_iter().map(lit).collect(), false),
+                    );
+                }
+                if !probe.is_empty() {
+                    probes.add(1);
+                    filters.extend(probe);
+                }
+            }
+            let right_schema = arrow_schema(&right.table.columns);
+            let scan = right.plan_scan(ScanShape {
+                projection: right.table.columns.clone(),
+                schema: right_schema.clone(),
+                filters: &filters,
+                limit: None,
+                aggregate: None,
+                order: ScanOrder::OrderSeries,
+            })?;
+            let scan: Arc<dyn ExecutionPlan> = Arc::new(scan);
+            let mut parts = Vec::new();
+            for i in 0..scan.properties().partitioning.partition_count() {
+                parts.push(scan.execute(i, context.clone())?);
+            }
+            let batches: Vec<RecordBatch> =
+                futures::stream::select_all(parts).try_collect().await?;
+            for b in &batches {
+                reservation.try_grow(b.get_array_memory_size())?;
+            }
+            let right_batch = arrow::compute::concat_batches(&right_schema, &batches)?;
+            drop(batches);
+            right_rows.add(right_batch.num_rows());
+            let out = merge(&left, left_time, &right_batch, &rtime, &keys, &full_schema)?;
+            reservation.free();
+            match &projection {
+                Some(p) => Ok(out.project(p)?),
+                None => Ok(out),
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream.boxed(),
+        )))
+    }
+}
+
+fn times_of(a: &ArrayRef) -> DfResult<Vec<i64>> {
+    let t = cast(a, &DataType::Timestamp(TimeUnit::Nanosecond, None))?;
+    let t = t.as_primitive::<TimestampNanosecondType>();
+    Ok(t.values().to_vec())
+}
+
+/// Rows of `batch` sorted by (keys, time), and the comparable key rows.
+fn sorted_by_key_time(
+    converter: &RowConverter,
+    batch: &RecordBatch,
+    keys: &[String],
+    times: &[i64],
+) -> DfResult<(Vec<usize>, arrow::row::Rows)> {
+    let mut cols = Vec::with_capacity(keys.len());
+    for k in keys {
+        // Keys are compared as text, so a tag and a text field match.
+        cols.push(cast(
+            batch.column(batch.schema().index_of(k)?),
+            &DataType::Utf8,
+        )?);
+    }
+    let rows = converter.convert_columns(&cols)?;
+    let mut order: Vec<usize> = (0..batch.num_rows()).collect();
+    order.sort_by(|&a, &b| rows.row(a).cmp(&rows.row(b)).then(times[a].cmp(&times[b])));
+    Ok((order, rows))
+}
+
+/// The merge: for each left row in (key, time) order, the last right row
+/// of the same key at or before its time. A NULL key matches nothing.
+fn merge(
+    left: &RecordBatch,
+    left_time: usize,
+    right: &RecordBatch,
+    right_time: &str,
+    keys: &[String],
+    schema: &SchemaRef,
+) -> DfResult<RecordBatch> {
+    let lt = times_of(left.column(left_time))?;
+    let rt = times_of(right.column(right.schema().index_of(right_time)?))?;
+    let converter = RowConverter::new(vec![SortField::new(DataType::Utf8); keys.len()])?;
+    let (lorder, lkeys) = sorted_by_key_time(&converter, left, keys, &lt)?;
+    let (rorder, rkeys) = sorted_by_key_time(&converter, right, keys, &rt)?;
+    let null_key = |b: &RecordBatch, i: usize| -> DfResult<bool> {
+        for k in keys {
+            if b.column(b.schema().index_of(k)?).is_null(i) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    };
+    let mut matched: Vec<Option<u32>> = Vec::with_capacity(lorder.len());
+    let mut j = 0;
+    for &l in &lorder {
+        // Skip right rows of smaller keys.
+        while j < rorder.len() && rkeys.row(rorder[j]) < lkeys.row(l) {
+            j += 1;
+        }
+        // Within the key, advance while the right row is not after `l`.
+        let mut best = None;
+        let mut k = j;
+        while k < rorder.len() && rkeys.row(rorder[k]) == lkeys.row(l) && rt[rorder[k]] <= lt[l] {
+            best = Some(rorder[k] as u32);
+            k += 1;
+        }
+        // Left rows of one key come in time order, so the next one starts
+        // from this match.
+        if let Some(b) = best {
+            j = k - 1;
+            debug_assert_eq!(rorder[j] as u32, b);
+        }
+        if null_key(left, l)? {
+            best = None;
+        }
+        matched.push(best);
+    }
+    let left_idx = UInt32Array::from_iter_values(lorder.iter().map(|&i| i as u32));
+    let right_idx = UInt32Array::from(matched);
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for c in left.columns() {
+        columns.push(arrow::compute::take(c.as_ref(), &left_idx, None)?);
+    }
+    for (i, f) in right.schema().fields().iter().enumerate() {
+        if keys.contains(f.name()) {
+            continue;
+        }
+        columns.push(arrow::compute::take(
+            right.column(i).as_ref(),
+            &right_idx,
+            None,
+        )?);
+    }
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
