@@ -646,6 +646,7 @@ impl ExtensionPlanner for AggregatePlanner {
             limit: None,
             aggregate: Some(spec),
             order: sealion_common::proto::ScanOrder::OrderSeries,
+            last_per_series: false,
         })?;
         let schema = Arc::new(node.schema.as_arrow().clone());
         Ok(Some(Arc::new(SealionAggregateExec::new(

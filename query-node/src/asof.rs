@@ -449,6 +449,7 @@ impl ExecutionPlan for AsofExec {
                 limit: None,
                 aggregate: None,
                 order: ScanOrder::OrderSeries,
+                last_per_series: false,
             })?;
             let scan: Arc<dyn ExecutionPlan> = Arc::new(scan);
             let mut parts = Vec::new();

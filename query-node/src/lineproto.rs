@@ -106,13 +106,20 @@ fn parse_body(
 ) -> BTreeMap<String, Vec<Row>> {
     let mut tables: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     let base = body.as_ptr() as usize;
+    // Line numbers are counted as the lines go by (counting from the start
+    // of the body for each line would be quadratic in its size).
+    let (mut seen, mut line) = (0usize, 1usize);
     for text in split_lines(body) {
-        let offset = (text.as_ptr() as usize).saturating_sub(base);
-        let line = body[..offset.min(body.len())]
-            .bytes()
-            .filter(|b| *b == b'\n')
-            .count()
-            + 1;
+        let offset = (text.as_ptr() as usize)
+            .saturating_sub(base)
+            .min(body.len());
+        if offset > seen {
+            line += body.as_bytes()[seen..offset]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count();
+            seen = offset;
+        }
         let trimmed = text.trim();
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
@@ -503,6 +510,25 @@ mod tests {
         assert_eq!(rejected[0].line, 1);
         assert!(rejected[0].error.contains("out of range"));
         assert_eq!(tables["m"][0].time_ns, 5_000_000_000);
+    }
+
+    #[test]
+    fn line_numbers_hold_across_a_long_body() {
+        let mut body = String::new();
+        let mut bad = Vec::new();
+        for i in 0..2_000 {
+            if i % 7 == 3 {
+                body.push_str("not line protocol\n");
+                bad.push(i + 1);
+            } else if i % 11 == 0 {
+                body.push('\n');
+            } else {
+                body.push_str(&format!("cpu,host=h{i} usage={i} {i}\n"));
+            }
+        }
+        let mut rejected = Vec::new();
+        parse_body(&body, Precision::Ns, 0, &mut rejected);
+        assert_eq!(rejected.iter().map(|e| e.line).collect::<Vec<_>>(), bad);
     }
 
     #[test]

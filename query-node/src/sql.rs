@@ -313,6 +313,7 @@ fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     rules.insert(at, Arc::new(crate::aggregate::AggregatePushdown));
     rules.insert(at, Arc::new(crate::gapfill::GapFillRule));
     rules.push(Arc::new(crate::topn::TimeOrderPushdown));
+    rules.push(Arc::new(crate::topn::LastPointPushdown));
     rules
 }
 

@@ -273,6 +273,7 @@ impl SealionTable {
                 field_predicate: field_predicate.clone(),
                 aggregate: shape.aggregate.clone(),
                 order: shape.order as i32,
+                last_per_series: shape.last_per_series,
                 ..Default::default()
             };
             nodes.push(NodeScan {
@@ -299,6 +300,9 @@ impl SealionTable {
         }
         if let Some(l) = shape.limit {
             described.push(format!("limit {l}"));
+        }
+        if shape.last_per_series {
+            described.push("last row of each series".into());
         }
         if let Some(a) = &shape.aggregate {
             described.push(crate::aggregate::describe_spec(a));
@@ -343,6 +347,9 @@ pub struct ScanShape<'a> {
     /// `limit` rows in that order, and partitions are read in that order
     /// until `limit` rows are in.
     pub order: ScanOrder,
+    /// Only the newest row of each series (from sealed directories where
+    /// the node can).
+    pub last_per_series: bool,
 }
 
 #[async_trait]
@@ -390,6 +397,7 @@ impl TableProvider for SealionTable {
             limit,
             aggregate: None,
             order: ScanOrder::OrderSeries,
+            last_per_series: false,
         })?;
         Ok(Arc::new(scan))
     }

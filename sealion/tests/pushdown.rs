@@ -402,6 +402,45 @@ const TIME_ORDERED: &[(&str, bool)] = &[
     ),
 ];
 
+/// Last-point queries: (SQL, pushed down).
+const LAST_POINT: &[(&str, bool)] = &[
+    (
+        "SELECT DISTINCT ON (host) host, time, usage, n FROM cpu ORDER BY host, time DESC",
+        true,
+    ),
+    (
+        "SELECT DISTINCT ON (host) host, time, usage FROM cpu WHERE host IN ('h1', 'h2', 'h5') AND time < '2024-01-02T12:00:00Z' ORDER BY host, time DESC",
+        true,
+    ),
+    (
+        "SELECT host, first_value(usage ORDER BY time DESC), last_value(n ORDER BY time) FROM cpu GROUP BY host ORDER BY host",
+        true,
+    ),
+    // Not the newest row's value: IGNORE NULLS looks further back.
+    (
+        "SELECT host, first_value(usage ORDER BY time DESC) IGNORE NULLS FROM cpu GROUP BY host ORDER BY host",
+        false,
+    ),
+    (
+        "SELECT DISTINCT ON (host) host, time, usage FROM cpu WHERE usage * 2 > 50 ORDER BY host, time DESC",
+        false,
+    ),
+];
+
+async fn check_last_point(http: &Http, ctx: &SessionContext, stage: &str) {
+    for (q, pushed) in LAST_POINT {
+        let got = sorted(http.rows("public", q).await, 1);
+        let want = sorted(model_rows(ctx, q).await, 1);
+        assert_eq!(got, want, "{stage}: {q}");
+        let plan = explain(http, q).await;
+        assert_eq!(
+            plan.contains("last row of each series"),
+            *pushed,
+            "{stage}: {q} pushed down should be {pushed}; plan:\n{plan}"
+        );
+    }
+}
+
 async fn check_time_ordered(http: &Http, ctx: &SessionContext, stage: &str) {
     for (q, pushed) in TIME_ORDERED {
         let got = http.rows("public", q).await;
@@ -448,6 +487,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     let ctx = model(&rows).await;
     check_all(&s.http, &ctx, "open").await;
     check_time_ordered(&s.http, &ctx, "open").await;
+    check_last_point(&s.http, &ctx, "open").await;
 
     // Seal all three days; then late rows for one host and a DELETE for
     // another, both pending on the sealed files; and an open partition.
@@ -485,6 +525,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     let ctx = model(&rows).await;
     check_all(&s.http, &ctx, "sealed with late rows and a delete").await;
     check_time_ordered(&s.http, &ctx, "sealed with late rows and a delete").await;
+    check_last_point(&s.http, &ctx, "sealed with late rows and a delete").await;
     // With no time range, the newest rows are found in the newest
     // partition alone: the others are never read.
     let q = "SELECT time, host FROM cpu ORDER BY time DESC LIMIT 5";
@@ -500,6 +541,13 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     admin_seal(&s.http, "cpu").await;
     check_all(&s.http, &ctx, "resealed").await;
     check_time_ordered(&s.http, &ctx, "resealed").await;
+    check_last_point(&s.http, &ctx, "resealed").await;
+    // Sealed and clean: the last points come from the directories, no page
+    // decoded, one row per series shipped.
+    let q = "SELECT DISTINCT ON (host) host, time, usage FROM cpu WHERE time < '2024-01-04T00:00:00Z' ORDER BY host, time DESC";
+    let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;
+    assert_eq!(metric(&plan, "pages_decoded"), 0, "{plan}");
+    assert_eq!(metric(&plan, "rows_shipped"), HOSTS as u64, "{plan}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -101,6 +101,25 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        // A cluster launcher stops its children on SIGTERM; SIGKILL would
+        // leave them running after the test.
+        if self.args.first().map(String::as_str) == Some("cluster")
+            && let Some(mut c) = self.child.take()
+        {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         self.kill();
     }
 }
