@@ -291,9 +291,19 @@ fn canonical(batches: &[RecordBatch]) -> anyhow::Result<Vec<String>> {
     let options = FormatOptions::default().with_null("NULL");
     let mut rows = Vec::new();
     for b in batches {
-        let cols: Vec<arrow::array::ArrayRef> = b
-            .columns()
+        // Columns in name order: `SELECT *` lists them in each system's
+        // own table order.
+        let mut names: Vec<(String, usize)> = b
+            .schema()
+            .fields()
             .iter()
+            .enumerate()
+            .map(|(i, f)| (f.name().clone(), i))
+            .collect();
+        names.sort();
+        let cols: Vec<arrow::array::ArrayRef> = names
+            .iter()
+            .map(|(_, i)| b.column(*i))
             .map(|c| match c.data_type() {
                 DataType::Timestamp(u, _) => {
                     arrow::compute::cast(c, &DataType::Timestamp(*u, None)).map_err(Into::into)

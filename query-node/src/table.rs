@@ -100,6 +100,21 @@ fn bound_of(e: &Expr, time: &str) -> TimeRange {
                     end_ns: a.end_ns.max(b.end_ns),
                 };
             }
+            // `date_trunc(unit, time) op literal` bounds time too: the
+            // truncated time is at most `time`, and `time` is less than it
+            // plus the unit's longest length.
+            if let Some(unit_ns) = truncated_time(left, time) {
+                return match (literal_ns(right), *op) {
+                    (Some(v), op) => truncated_bound(op, v, unit_ns),
+                    _ => TimeRange::ALL,
+                };
+            }
+            if let Some(unit_ns) = truncated_time(right, time) {
+                return match (literal_ns(left), op.swap()) {
+                    (Some(v), Some(op)) => truncated_bound(op, v, unit_ns),
+                    _ => TimeRange::ALL,
+                };
+            }
             let (op, v) = if is_time_column(left, time) {
                 match literal_ns(right) {
                     Some(v) => (*op, v),
@@ -146,6 +161,67 @@ fn bound_of(e: &Expr, time: &str) -> TimeRange {
                 _ => TimeRange::ALL,
             }
         }
+        _ => TimeRange::ALL,
+    }
+}
+
+/// For `date_trunc('unit', time)`: the longest length of the unit in
+/// nanoseconds (a month is at most 31 days, whatever the zone).
+fn truncated_time(e: &Expr, time: &str) -> Option<i64> {
+    let Expr::ScalarFunction(f) = e else {
+        return None;
+    };
+    if !f
+        .func
+        .inner()
+        .is::<datafusion::functions::datetime::date_trunc::DateTruncFunc>()
+    {
+        return None;
+    }
+    let [unit, arg] = f.args.as_slice() else {
+        return None;
+    };
+    if !is_time_column(arg, time) {
+        return None;
+    }
+    const SECOND: i64 = 1_000_000_000;
+    const DAY: i64 = 86_400 * SECOND;
+    Some(match crate::pushdown::text(unit)?.to_lowercase().as_str() {
+        "microsecond" => 1_000,
+        "millisecond" => 1_000_000,
+        "second" => SECOND,
+        "minute" => 60 * SECOND,
+        // An hour or a day can be longer across a zone's clock change.
+        "hour" => 2 * 3_600 * SECOND,
+        "day" => DAY + 3_600 * SECOND,
+        "week" => 7 * DAY + 3_600 * SECOND,
+        "month" => 32 * DAY,
+        "quarter" => 93 * DAY,
+        "year" => 367 * DAY,
+        _ => return None,
+    })
+}
+
+/// Bounds on time from `date_trunc(unit, time) op v`, a superset of the
+/// times that satisfy it: `trunc(t) <= t < trunc(t) + unit`.
+fn truncated_bound(op: Operator, v: i64, unit_ns: i64) -> TimeRange {
+    let at_most = |end: i64| TimeRange {
+        start_ns: i64::MIN,
+        end_ns: end,
+    };
+    let at_least = |start: i64| TimeRange {
+        start_ns: start,
+        end_ns: i64::MAX,
+    };
+    match op {
+        Operator::Eq => TimeRange {
+            start_ns: v,
+            end_ns: v.saturating_add(unit_ns),
+        },
+        Operator::GtEq => at_least(v),
+        Operator::Gt => at_least(v.saturating_add(1)),
+        Operator::Lt => at_most(v.saturating_add(unit_ns)),
+        Operator::LtEq => at_most(v.saturating_add(unit_ns).saturating_add(1)),
         _ => TimeRange::ALL,
     }
 }
@@ -706,6 +782,41 @@ mod tests {
                 end_ns: 10
             }
         );
+    }
+
+    #[test]
+    fn date_trunc_comparisons_bound_time_by_a_superset() {
+        let trunc = |unit: &str| {
+            datafusion::functions::datetime::expr_fn::date_trunc(lit(unit), col("time"))
+        };
+        const H: i64 = 3_600_000_000_000;
+        let day = 24 * H;
+        // A day is 2024-01-02 in UTC: every zone's day that starts then
+        // ends within 25 hours.
+        let f = vec![trunc("day").eq(ts(10 * day))];
+        assert_eq!(
+            time_range_of(&f, "time"),
+            TimeRange {
+                start_ns: 10 * day,
+                end_ns: 11 * day + H
+            }
+        );
+        let f = vec![trunc("hour").gt_eq(ts(5 * H)), trunc("hour").lt(ts(9 * H))];
+        assert_eq!(
+            time_range_of(&f, "time"),
+            TimeRange {
+                start_ns: 5 * H,
+                end_ns: 11 * H
+            }
+        );
+        // Every time the bounds drop fails the filter.
+        for t in [5 * H - 1, 11 * H] {
+            let truncated = t - t.rem_euclid(H);
+            assert!(!(truncated >= 5 * H && truncated < 9 * H));
+        }
+        // An unknown unit bounds nothing.
+        let f = vec![trunc("fortnight").eq(ts(3))];
+        assert_eq!(time_range_of(&f, "time"), TimeRange::ALL);
     }
 
     #[test]
