@@ -331,6 +331,34 @@ fn canonical(batches: &[RecordBatch]) -> anyhow::Result<Vec<String>> {
     Ok(rows)
 }
 
+/// Counters of one query's scans.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    bytes_shipped: f64,
+    partitions_read: u64,
+    partitions_total: u64,
+}
+
+/// The sum of every `name<number>[ K|M|G]` in `text`.
+fn sum_metric(text: &str, name: &str) -> f64 {
+    let mut total = 0.0;
+    for part in text.split(name).skip(1) {
+        let num: String = part
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        let rest = part[num.len()..].trim_start();
+        let scale = match rest.chars().next() {
+            Some('K') => 1e3,
+            Some('M') => 1e6,
+            Some('G') => 1e9,
+            _ => 1.0,
+        };
+        total += num.parse::<f64>().unwrap_or(0.0) * scale;
+    }
+    total
+}
+
 struct Sealion {
     children: Vec<Child>,
     http: String,
@@ -506,8 +534,9 @@ impl Sealion {
             .unwrap_or_default())
     }
 
-    /// The storage nodes' `bytes_shipped` for `sql`, from EXPLAIN ANALYZE.
-    async fn bytes_shipped(&self, sql: &str) -> anyhow::Result<f64> {
+    /// What EXPLAIN ANALYZE says the scans of `sql` did: bytes the storage
+    /// nodes shipped, partitions read, partitions in the table.
+    async fn counters(&self, sql: &str) -> anyhow::Result<Counters> {
         let r = self
             .client
             .get(format!("{}/api/v1/sql", self.http))
@@ -515,22 +544,11 @@ impl Sealion {
             .send()
             .await?;
         let text = r.text().await?;
-        let mut total = 0.0;
-        for part in text.split("bytes_shipped=").skip(1) {
-            let num: String = part
-                .chars()
-                .take_while(|c| c.is_ascii_digit() || *c == '.')
-                .collect();
-            let rest = part[num.len()..].trim_start();
-            let scale = match rest.chars().next() {
-                Some('K') => 1e3,
-                Some('M') => 1e6,
-                Some('G') => 1e9,
-                _ => 1.0,
-            };
-            total += num.parse::<f64>().unwrap_or(0.0) * scale;
-        }
-        Ok(total)
+        Ok(Counters {
+            bytes_shipped: sum_metric(&text, "bytes_shipped="),
+            partitions_read: sum_metric(&text, "partitions_read=") as u64,
+            partitions_total: sum_metric(&text, "partitions_total=") as u64,
+        })
     }
 
     async fn seal_all(&self) -> anyhow::Result<()> {
@@ -691,7 +709,7 @@ async fn main() -> anyhow::Result<()> {
     let qs = queries(args.hosts, args.days);
     // results[query][system] = timing
     let mut results: BTreeMap<String, BTreeMap<String, Result<Timing, String>>> = BTreeMap::new();
-    let mut shipped: BTreeMap<(String, String), f64> = BTreeMap::new();
+    let mut shipped: BTreeMap<(String, String), Counters> = BTreeMap::new();
     let mut reference: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut load_notes = Vec::new();
 
@@ -775,7 +793,7 @@ async fn main() -> anyhow::Result<()> {
             entry.insert(mode.clone(), Ok(timing));
             shipped.insert(
                 (q.name.clone(), mode.clone()),
-                s.bytes_shipped(&q.sealion).await?,
+                s.counters(&q.sealion).await?,
             );
         }
         let n = time_async(args.runs, || async {
@@ -790,7 +808,7 @@ async fn main() -> anyhow::Result<()> {
     // The report.
     let mut md = String::new();
     md.push_str(&format!(
-        "# Query benchmark: Sealion against DataFusion over Parquet\n\n{} rows of TSBS cpu-only data ({} hosts, {} days, 10 s), the same SQL on every system. Times in ms: median (min–max) of {} runs after one warm-up. Ratio: DataFusion's median over Sealion's (above 1: Sealion is faster). Bytes: what the storage nodes shipped to the query node (EXPLAIN ANALYZE `bytes_shipped`).\n\n",
+        "# Query benchmark: Sealion against DataFusion over Parquet\n\n{} rows of TSBS cpu-only data ({} hosts, {} days, 10 s), the same SQL on every system. Times in ms: median (min–max) of {} runs after one warm-up. Ratio: DataFusion's median over Sealion's (above 1: Sealion is faster). Bytes: what the storage nodes shipped to the query node (EXPLAIN ANALYZE `bytes_shipped`); partitions: how many the nodes read (`partitions_read`) of those in the table (`partitions_total`).\n\n",
         total_rows, args.hosts, args.days, args.runs
     ));
     md.push_str(&format!(
@@ -812,11 +830,13 @@ async fn main() -> anyhow::Result<()> {
     md.push_str(&noise_text.join(", "));
     md.push_str("\n\n| query | DataFusion | ");
     for m in &args.modes {
-        md.push_str(&format!("Sealion {m} | ratio | bytes shipped | "));
+        md.push_str(&format!(
+            "Sealion {m} | ratio | bytes shipped | partitions read / in table | "
+        ));
     }
     md.push_str("\n|---|---|");
     for _ in &args.modes {
-        md.push_str("---|---|---|");
+        md.push_str("---|---|---|---|");
     }
     md.push('\n');
     let mut withheld = Vec::new();
@@ -847,9 +867,9 @@ async fn main() -> anyhow::Result<()> {
                 }
                 Some(Err(e)) => {
                     withheld.push(format!("{} on {m}: {e}", q.name));
-                    md.push_str(" withheld | - | - |");
+                    md.push_str(" withheld | - | - | - |");
                 }
-                None => md.push_str(" - | - | - |"),
+                None => md.push_str(" - | - | - | - |"),
             }
         }
         md.push('\n');
