@@ -859,11 +859,17 @@ async fn main() -> anyhow::Result<()> {
                         Some(Ok(d)) => format!("{:.2}x", d.1 / t.1),
                         _ => "-".into(),
                     };
-                    let b = shipped
+                    let c = shipped
                         .get(&(q.name.clone(), m.clone()))
                         .copied()
-                        .unwrap_or(0.0);
-                    md.push_str(&format!(" {} | {ratio} | {:.0} |", ms(*t), b));
+                        .unwrap_or_default();
+                    md.push_str(&format!(
+                        " {} | {ratio} | {:.0} | {} / {} |",
+                        ms(*t),
+                        c.bytes_shipped,
+                        c.partitions_read,
+                        c.partitions_total
+                    ));
                 }
                 Some(Err(e)) => {
                     withheld.push(format!("{} on {m}: {e}", q.name));
