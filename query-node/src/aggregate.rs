@@ -348,29 +348,13 @@ fn pushable(agg: &Aggregate) -> Option<SealionAggregate> {
 
 /// Whether the nodes evaluate conjunct `e` exactly.
 pub(crate) fn exact(table: &Table, time: &str, e: &Expr) -> bool {
-    use datafusion::logical_expr::{BinaryExpr, Operator};
     if let Some(p) = crate::pushdown::tag_predicate(table, e) {
         return p.values.len() <= crate::pushdown::MAX_PUSHED_IN_VALUES;
     }
     if crate::pushdown::field_predicate(table, e).is_some() {
         return true;
     }
-    match e {
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-            matches!(
-                op,
-                Operator::Eq | Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
-            ) && ((is_time_column(left, time) && literal_ns(right).is_some())
-                || (is_time_column(right, time) && literal_ns(left).is_some()))
-        }
-        Expr::Between(b) => {
-            !b.negated
-                && is_time_column(&b.expr, time)
-                && literal_ns(&b.low).is_some()
-                && literal_ns(&b.high).is_some()
-        }
-        _ => false,
-    }
+    crate::table::exact_time_bound(e, time)
 }
 
 const NS_PER_SECOND: i64 = 1_000_000_000;
@@ -494,7 +478,13 @@ fn call_of(table: &Table, time: &str, e: &Expr) -> Option<PushedCall> {
     use AggregateFunction as F;
     let call = if inner.is::<Count>() {
         if params.distinct {
-            plain(F::AggExactDistinct, Finalize::Natural)?
+            let call = plain(F::AggExactDistinct, Finalize::Natural)?;
+            // DataFusion counts floats as distinct by their bits (-0.0 and
+            // 0.0 are two values); the state counts SQL-equal values once.
+            if call.input == ValueType::F64 {
+                return None;
+            }
+            call
         } else if let Some(Expr::Literal(v, _)) = params.args.first() {
             if params.args.len() != 1 || v.is_null() || !params.order_by.is_empty() {
                 return None;
@@ -513,6 +503,11 @@ fn call_of(table: &Table, time: &str, e: &Expr) -> Option<PushedCall> {
         // no state that keeps it.
         return None;
     } else if inner.is::<Sum>() {
+        // A sum of integers cast to floats is a float sum in DataFusion
+        // (rounding, no overflow); the state would sum exactly.
+        if matches!(params.args.first(), Some(Expr::Cast(_))) {
+            return None;
+        }
         plain(F::AggSum, Finalize::Natural)?
     } else if inner.is::<Min>() {
         plain(F::AggMin, Finalize::Natural)?

@@ -9,7 +9,9 @@
 //! answers every row of `trades` (a left outer join: no match gives NULLs)
 //! with the columns of the `quotes` row matched to it, named
 //! `quotes_<column>` (`quotes_time` is the matched row's time); the key
-//! columns (comma-separated in the third argument) appear once.
+//! columns (comma-separated in the third argument) appear once. When keys
+//! do not name one series and right rows tie on time, the match is the one
+//! whose other columns sort last.
 //!
 //! Both sides are read, sorted by (key, time) and merged in one pass. When
 //! the left side is small (at most [`PROBE_MAX_LEFT_ROWS`] rows) and the
@@ -490,6 +492,7 @@ fn sorted_by_key_time(
     batch: &RecordBatch,
     keys: &[String],
     times: &[i64],
+    ties: Option<&arrow::row::Rows>,
 ) -> DfResult<(Vec<usize>, arrow::row::Rows)> {
     let mut cols = Vec::with_capacity(keys.len());
     for k in keys {
@@ -501,7 +504,15 @@ fn sorted_by_key_time(
     }
     let rows = converter.convert_columns(&cols)?;
     let mut order: Vec<usize> = (0..batch.num_rows()).collect();
-    order.sort_by(|&a, &b| rows.row(a).cmp(&rows.row(b)).then(times[a].cmp(&times[b])));
+    order.sort_by(|&a, &b| {
+        rows.row(a)
+            .cmp(&rows.row(b))
+            .then(times[a].cmp(&times[b]))
+            .then_with(|| match ties {
+                Some(t) => t.row(a).cmp(&t.row(b)),
+                None => std::cmp::Ordering::Equal,
+            })
+    });
     Ok((order, rows))
 }
 
@@ -518,8 +529,26 @@ fn merge(
     let lt = times_of(left.column(left_time))?;
     let rt = times_of(right.column(right.schema().index_of(right_time)?))?;
     let converter = RowConverter::new(vec![SortField::new(DataType::Utf8); keys.len()])?;
-    let (lorder, lkeys) = sorted_by_key_time(&converter, left, keys, &lt)?;
-    let (rorder, rkeys) = sorted_by_key_time(&converter, right, keys, &rt)?;
+    let (lorder, lkeys) = sorted_by_key_time(&converter, left, keys, &lt, None)?;
+    // Right rows of one key at one time (keys that do not name a series)
+    // are ordered by their other columns, so the match among them (the
+    // last) does not depend on which node answered first.
+    let others: Vec<ArrayRef> = right
+        .schema()
+        .fields()
+        .iter()
+        .zip(right.columns())
+        .filter(|(f, _)| !keys.contains(f.name()))
+        .map(|(_, c)| c.clone())
+        .collect();
+    let tie_converter = RowConverter::new(
+        others
+            .iter()
+            .map(|c| SortField::new(c.data_type().clone()))
+            .collect(),
+    )?;
+    let ties = tie_converter.convert_columns(&others)?;
+    let (rorder, rkeys) = sorted_by_key_time(&converter, right, keys, &rt, Some(&ties))?;
     let null_key = |b: &RecordBatch, i: usize| -> DfResult<bool> {
         for k in keys {
             if b.column(b.schema().index_of(k)?).is_null(i) {

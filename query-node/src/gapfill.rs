@@ -9,10 +9,13 @@
 //!
 //! answers one row per bucket of the WHERE clause's time range for every
 //! group (the other GROUP BY columns) that has at least one row: buckets
-//! with no rows get NULL aggregates, or the last non-NULL value of the group
-//! (`locf`), or the value on the straight line between the neighbouring
-//! non-NULL values (`interpolate`; no value before the first or after the
-//! last). The WHERE clause must bound time on both sides.
+//! with no rows get NULL aggregates. `locf(agg)` replaces every NULL of the
+//! aggregate (a missing bucket, or a bucket whose aggregate is NULL) with
+//! the group's last non-NULL value before it; `interpolate(agg)` with the
+//! value on the straight line between the neighbouring non-NULL values (no
+//! value before the first or after the last); known values are kept as
+//! they are. The WHERE clause must bound the time column on both sides
+//! with comparisons to literals.
 //!
 //! [`GapFillRule`] rewrites `Projection(Aggregate)` with a
 //! `date_bin_gapfill` group into `Projection(GapFill(Aggregate))` with a
@@ -315,6 +318,19 @@ fn rewrite(p: &Projection, agg: &Aggregate, time: usize) -> DfResult<LogicalPlan
             "date_bin_gapfill(interval, time[, origin]) needs a fixed interval (no months) and a literal origin".into(),
         )
     })?;
+    // The range comes from the WHERE clause below the aggregate.
+    let (start_ns, end_ns, time_name) = time_bounds(&agg.input).ok_or_else(|| {
+        DataFusionError::Plan(
+            "date_bin_gapfill needs the WHERE clause to bound time on both sides (time >= ... AND time < ...)".into(),
+        )
+    })?;
+    if !f
+        .args
+        .get(1)
+        .is_some_and(|a| crate::table::is_time_column(a, &time_name))
+    {
+        return plan_err!("date_bin_gapfill buckets the table's time column ({time_name})");
+    }
     let plain = Expr::ScalarFunction(ScalarFunction::new_udf(date_bin_udf(), f.args.clone()));
     group_expr[time] = plain.alias(original.schema_name().to_string());
     let new_agg = LogicalPlan::Aggregate(Aggregate::try_new(
@@ -322,12 +338,6 @@ fn rewrite(p: &Projection, agg: &Aggregate, time: usize) -> DfResult<LogicalPlan
         group_expr,
         agg.aggr_expr.clone(),
     )?);
-    // The range comes from the WHERE clause below the aggregate.
-    let (start_ns, end_ns) = time_bounds(&agg.input).ok_or_else(|| {
-        DataFusionError::Plan(
-            "date_bin_gapfill needs the WHERE clause to bound time on both sides (time >= ... AND time < ...)".into(),
-        )
-    })?;
     let mut fills: Vec<(usize, Fill)> = Vec::new();
     let mut extra_fields = Vec::new();
     let mut exprs = Vec::with_capacity(p.expr.len());
@@ -402,8 +412,11 @@ fn rewrite(p: &Projection, agg: &Aggregate, time: usize) -> DfResult<LogicalPlan
 }
 
 /// `[start, end)` of time from the filter under an aggregate, when both
-/// ends are bounded.
-fn time_bounds(plan: &LogicalPlan) -> Option<(i64, i64)> {
+/// ends are bounded, and the name of the time column. Only conjuncts that
+/// compare the time column itself with a literal count: the range says
+/// which buckets exist, so it must be exact (pruning's wider bounds from
+/// `date_trunc` or OR would invent buckets the filter excludes).
+fn time_bounds(plan: &LogicalPlan) -> Option<(i64, i64, String)> {
     let mut plan = plan;
     loop {
         match plan {
@@ -422,11 +435,12 @@ fn time_bounds(plan: &LogicalPlan) -> Option<(i64, i64)> {
                     .clone();
                 let conjuncts: Vec<Expr> = split_conjunction(&f.predicate)
                     .into_iter()
+                    .filter(|c| crate::table::exact_time_bound(c, &time))
                     .cloned()
                     .collect();
                 let r = crate::table::time_range_of(&conjuncts, &time);
                 return (r.start_ns > i64::MIN && r.end_ns < i64::MAX && r.start_ns < r.end_ns)
-                    .then_some((r.start_ns, r.end_ns));
+                    .then_some((r.start_ns, r.end_ns, time));
             }
             _ => return None,
         }
@@ -794,7 +808,13 @@ fn build_output(
                     arr
                 };
                 let arr: ArrayRef = Arc::new(arr);
-                cast(&arr, field.data_type())?
+                let filled = cast(&arr, field.data_type())?;
+                // Known values come from the input itself, not through f64.
+                let idx = UInt32Array::from_iter(rows.iter().map(|r| r.row.map(|i| i as u32)));
+                let known = arrow::compute::take(col.as_ref(), &idx, None)?;
+                let known = cast(&known, field.data_type())?;
+                let mask = arrow::compute::is_not_null(&known)?;
+                arrow::compute::kernels::zip::zip(&mask, &known, &filled)?
             }
         };
         columns.push(array);

@@ -165,6 +165,27 @@ fn bound_of(e: &Expr, time: &str) -> TimeRange {
     }
 }
 
+/// Whether `e` compares the time column itself with a time literal (`=`,
+/// `<`, `<=`, `>`, `>=`, or BETWEEN): a bound that is exact, not a superset.
+pub(crate) fn exact_time_bound(e: &Expr, time: &str) -> bool {
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            matches!(
+                op,
+                Operator::Eq | Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+            ) && ((is_time_column(left, time) && literal_ns(right).is_some())
+                || (is_time_column(right, time) && literal_ns(left).is_some()))
+        }
+        Expr::Between(b) => {
+            !b.negated
+                && is_time_column(&b.expr, time)
+                && literal_ns(&b.low).is_some()
+                && literal_ns(&b.high).is_some()
+        }
+        _ => false,
+    }
+}
+
 /// For `date_trunc('unit', time)`: the longest length of the unit in
 /// nanoseconds (a month is at most 31 days, whatever the zone).
 fn truncated_time(e: &Expr, time: &str) -> Option<i64> {

@@ -284,6 +284,15 @@ const CASES: &[Case] = &[
         tol: &[],
         pushed: false,
     },
+    // A float sum of integers, and distinct floats (DataFusion tells -0.0
+    // from 0.0): DataFusion's own arithmetic, not the states'.
+    Case {
+        sql: "SELECT host, sum(CAST(n AS DOUBLE)), var(n), count(DISTINCT usage) FROM cpu GROUP BY host",
+        model: None,
+        keys: 1,
+        tol: &[],
+        pushed: false,
+    },
     Case {
         sql: "SELECT host, max(usage) FROM cpu GROUP BY host HAVING max(usage) > 99 ORDER BY host LIMIT 3",
         model: None,
