@@ -17,7 +17,6 @@ use sealion_proto::meta_server::MetaServer as GrpcMetaServer;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::network::{MAX_MESSAGE_BYTES, Network, channel, grpc_client};
 use crate::placement::Liveness;
@@ -178,9 +177,12 @@ impl MetaServer {
             tonic::transport::Server::builder()
                 .tcp_nodelay(true)
                 .add_service(service)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-                    let _ = server_stop.wait_for(|s| *s).await;
-                }),
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    async move {
+                        let _ = server_stop.wait_for(|s| *s).await;
+                    },
+                ),
         );
 
         let mut background = vec![

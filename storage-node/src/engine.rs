@@ -751,6 +751,15 @@ impl Engine {
                 tracing::warn!(error = %e, "could not remove a replaced sealed file");
             }
         }
+        // The commit left one tombstone per sealed row in the open key
+        // range; every read of the partition's late rows would step over
+        // all of them until a compaction drops them. Compact that range now.
+        let from = partition_prefix(partition_id).to_vec();
+        let to = match partition_id.checked_add(1) {
+            Some(next) => partition_prefix(next).to_vec(),
+            None => vec![0xff; 9],
+        };
+        self.db.compact_range(Some(from), Some(to));
         let (rows, bytes) = (summary.rows, summary.bytes);
         Ok(if resealed {
             SealOutcome::Resealed { rows, bytes }

@@ -105,7 +105,11 @@ impl StorageServer {
         let storage = GrpcStorageServer::new(StorageService { ctx: ctx.clone() })
             .max_decoding_message_size(MAX_WRITE_BYTES + (1 << 20));
         let flight = FlightServiceServer::new(FlightScanService { ctx: ctx.clone() });
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // Small answers (a partial state, a last point) must not wait for
+        // Nagle's algorithm: a custom incoming stream gets no TCP_NODELAY
+        // from the server builder.
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let server = tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(storage)
