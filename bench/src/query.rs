@@ -46,6 +46,8 @@ struct Args {
     modes: Vec<String>,
     out: Option<PathBuf>,
     work: PathBuf,
+    /// Only the queries whose name contains this.
+    only: String,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -57,6 +59,7 @@ fn parse_args() -> anyhow::Result<Args> {
         modes: vec!["standalone".into(), "cluster".into()],
         out: None,
         work: std::env::temp_dir().join("sealion-query-bench"),
+        only: String::new(),
     };
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -70,9 +73,10 @@ fn parse_args() -> anyhow::Result<Args> {
             "--modes" => a.modes = v.split(',').map(str::to_string).collect(),
             "--out" => a.out = Some(PathBuf::from(v)),
             "--work" => a.work = PathBuf::from(v),
+            "--only" => a.only = v,
             "--help" | "-h" => {
                 println!(
-                    "query-bench --sealion PATH [--hosts 100] [--days 12] [--runs 5] [--modes standalone,cluster] [--out FILE.md] [--work DIR]"
+                    "query-bench --sealion PATH [--hosts 100] [--days 12] [--runs 5] [--modes standalone,cluster] [--out FILE.md] [--work DIR] [--only NAME-PART]"
                 );
                 std::process::exit(0);
             }
@@ -706,7 +710,10 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
 
-    let qs = queries(args.hosts, args.days);
+    let qs: Vec<Q> = queries(args.hosts, args.days)
+        .into_iter()
+        .filter(|q| q.name.contains(&args.only))
+        .collect();
     // results[query][system] = timing
     let mut results: BTreeMap<String, BTreeMap<String, Result<Timing, String>>> = BTreeMap::new();
     let mut shipped: BTreeMap<(String, String), Counters> = BTreeMap::new();

@@ -235,18 +235,62 @@ impl TableProvider for AsofTable {
             })
             .cloned()
             .collect();
-        let left = self.left.scan(state, None, &left_filters, None).await?;
         let left_time = time_column(&self.left.table)
             .map(|c| c.name.clone())
             .unwrap_or_default();
+        // Only the columns asked for are read, plus the keys and times the
+        // merge needs.
+        let wanted: Vec<usize> = projection
+            .cloned()
+            .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
+        let wanted_names: Vec<String> = wanted
+            .iter()
+            .map(|&i| self.schema.field(i).name().clone())
+            .collect();
+        let left_cols: Vec<usize> = (0..self.left.table.columns.len())
+            .filter(|&i| {
+                let n = &self.left.table.columns[i].name;
+                wanted.contains(&i) || self.keys.contains(n) || *n == left_time
+            })
+            .collect();
+        let right_name = &self.right.table.name;
+        let right_columns: Vec<sealion_common::proto::Column> = self
+            .right
+            .table
+            .columns
+            .iter()
+            .filter(|c| {
+                self.keys.contains(&c.name)
+                    || c.kind() == ColumnKind::Time
+                    || wanted_names.contains(&format!("{right_name}_{}", c.name))
+            })
+            .cloned()
+            .collect();
+        let mut left_table = self.left.table.clone();
+        left_table.columns = left_cols
+            .iter()
+            .map(|&i| self.left.table.columns[i].clone())
+            .collect();
+        let mut right_table = self.right.table.clone();
+        right_table.columns = right_columns.clone();
+        let reduced = output_schema(&left_table, &right_table, &self.keys)?;
+        let final_projection = wanted_names
+            .iter()
+            .map(|n| reduced.index_of(n))
+            .collect::<Result<Vec<_>, _>>()?;
+        let left = self
+            .left
+            .scan(state, Some(&left_cols), &left_filters, None)
+            .await?;
         let exec = AsofExec::new(
             left,
             left_time,
             self.right.clone(),
+            right_columns,
             self.keys.clone(),
             key_filters,
-            self.schema.clone(),
-            projection.cloned(),
+            reduced,
+            Some(final_projection),
         );
         Ok(Arc::new(exec))
     }
@@ -257,6 +301,8 @@ struct AsofExec {
     left: Arc<dyn ExecutionPlan>,
     left_time: String,
     right: Arc<SealionTable>,
+    /// The right table's columns that are read.
+    right_columns: Vec<sealion_common::proto::Column>,
     keys: Vec<String>,
     right_filters: Vec<Expr>,
     /// The full output schema, before projection.
@@ -268,10 +314,12 @@ struct AsofExec {
 }
 
 impl AsofExec {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         left: Arc<dyn ExecutionPlan>,
         left_time: String,
         right: Arc<SealionTable>,
+        right_columns: Vec<sealion_common::proto::Column>,
         keys: Vec<String>,
         right_filters: Vec<Expr>,
         full_schema: SchemaRef,
@@ -295,6 +343,7 @@ impl AsofExec {
             left,
             left_time,
             right,
+            right_columns,
             keys,
             right_filters,
             full_schema,
@@ -351,6 +400,7 @@ impl ExecutionPlan for AsofExec {
             left,
             self.left_time.clone(),
             self.right.clone(),
+            self.right_columns.clone(),
             self.keys.clone(),
             self.right_filters.clone(),
             self.full_schema.clone(),
@@ -380,6 +430,7 @@ impl ExecutionPlan for AsofExec {
         let left_schema = self.left.schema();
         let left_time_name = self.left_time.clone();
         let right = self.right.clone();
+        let right_columns = self.right_columns.clone();
         let keys = self.keys.clone();
         let right_filters = self.right_filters.clone();
         let full_schema = self.full_schema.clone();
@@ -443,9 +494,9 @@ impl ExecutionPlan for AsofExec {
                     filters.extend(probe);
                 }
             }
-            let right_schema = arrow_schema(&right.table.columns);
+            let right_schema = arrow_schema(&right_columns);
             let scan = right.plan_scan(ScanShape {
-                projection: right.table.columns.clone(),
+                projection: right_columns.clone(),
                 schema: right_schema.clone(),
                 filters: &filters,
                 limit: None,
