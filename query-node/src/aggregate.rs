@@ -268,30 +268,14 @@ fn pushable(agg: &Aggregate) -> Option<SealionAggregate> {
         }
         input = p.input.as_ref();
     }
-    let (predicate, scan) = match input {
-        LogicalPlan::Filter(f) => match f.input.as_ref() {
-            LogicalPlan::TableScan(s) => (Some(&f.predicate), s),
-            _ => return None,
-        },
-        LogicalPlan::TableScan(s) => (None, s),
-        _ => return None,
-    };
-    if scan.fetch.is_some() || (predicate.is_none() && !scan.filters.is_empty()) {
-        return None;
-    }
-    let provider = source_as_provider(&scan.source).ok()?;
-    let table = provider.as_ref().downcast_ref::<SealionTable>()?;
-    let t = &table.table;
+    let ExactScan {
+        provider,
+        table,
+        filters,
+        ..
+    } = exact_scan(input)?;
+    let t = &table;
     let time = time_column(t)?.name.clone();
-    let mut filters = Vec::new();
-    if let Some(p) = predicate {
-        for c in split_conjunction(p) {
-            if !exact(t, &time, c) {
-                return None;
-            }
-            filters.push(c.clone());
-        }
-    }
     let mut pushed = PushedAggregate {
         width_ns: 0,
         origin_ns: 0,
@@ -343,6 +327,54 @@ fn pushable(agg: &Aggregate) -> Option<SealionAggregate> {
         agg: pushed,
         schema: agg.schema.clone(),
         text,
+    })
+}
+
+/// A scan of a Sealion table whose every filter conjunct the nodes
+/// evaluate exactly.
+pub(crate) struct ExactScan<'a> {
+    pub provider: Arc<dyn datafusion::datasource::TableProvider>,
+    pub table: Table,
+    pub scan: &'a datafusion::logical_expr::TableScan,
+    /// The filter's conjuncts.
+    pub filters: Vec<Expr>,
+}
+
+/// `Filter?(TableScan(sealion table))` at `plan` with no fetch on the scan,
+/// when every conjunct of the filter is [`exact`].
+pub(crate) fn exact_scan(plan: &LogicalPlan) -> Option<ExactScan<'_>> {
+    let (predicate, scan) = match plan {
+        LogicalPlan::Filter(f) => match f.input.as_ref() {
+            LogicalPlan::TableScan(s) => (Some(&f.predicate), s),
+            _ => return None,
+        },
+        LogicalPlan::TableScan(s) => (None, s),
+        _ => return None,
+    };
+    if scan.fetch.is_some() || (predicate.is_none() && !scan.filters.is_empty()) {
+        return None;
+    }
+    let provider = source_as_provider(&scan.source).ok()?;
+    let table = provider
+        .as_ref()
+        .downcast_ref::<SealionTable>()?
+        .table
+        .clone();
+    let time = time_column(&table)?.name.clone();
+    let mut filters = Vec::new();
+    if let Some(p) = predicate {
+        for c in split_conjunction(p) {
+            if !exact(&table, &time, c) {
+                return None;
+            }
+            filters.push(c.clone());
+        }
+    }
+    Some(ExactScan {
+        provider,
+        table,
+        scan,
+        filters,
     })
 }
 

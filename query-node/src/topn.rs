@@ -25,7 +25,6 @@ use datafusion::common::tree_node::Transformed;
 use datafusion::datasource::{TableProvider, source_as_provider};
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
     Expr, Extension, LogicalPlan, Sort, UserDefinedLogicalNode, UserDefinedLogicalNodeCore,
 };
@@ -188,38 +187,20 @@ fn replace_scan(
             None => Ok(None),
         };
     }
-    let (predicate, scan) = match plan {
-        LogicalPlan::Filter(f) => match f.input.as_ref() {
-            LogicalPlan::TableScan(s) => (Some(&f.predicate), s),
-            _ => return Ok(None),
-        },
-        LogicalPlan::TableScan(s) => (None, s),
-        _ => return Ok(None),
-    };
-    if scan.fetch.is_some() || (predicate.is_none() && !scan.filters.is_empty()) {
-        return Ok(None);
-    }
-    let Ok(provider) = source_as_provider(&scan.source) else {
+    let Some(crate::aggregate::ExactScan {
+        provider,
+        table: t,
+        scan,
+        filters,
+    }) = crate::aggregate::exact_scan(plan)
+    else {
         return Ok(None);
     };
-    let Some(table) = provider.as_ref().downcast_ref::<SealionTable>() else {
-        return Ok(None);
-    };
-    let t = &table.table;
-    let Some(time) = time_column(t).map(|c| c.name.clone()) else {
+    let Some(time) = time_column(&t).map(|c| c.name.clone()) else {
         return Ok(None);
     };
     if key.is_some_and(|k| !is_time_column(k, &time)) {
         return Ok(None);
-    }
-    let mut filters = Vec::new();
-    if let Some(p) = predicate {
-        for c in split_conjunction(p) {
-            if !crate::aggregate::exact(t, &time, c) {
-                return Ok(None);
-            }
-            filters.push(c.clone());
-        }
     }
     let columns: Vec<Column> = match &scan.projection {
         Some(p) => p.iter().map(|&i| t.columns[i].clone()).collect(),

@@ -747,64 +747,18 @@ async fn random_aggregates_on_a_cluster_answer_as_datafusion_does() {
                 | 1
         });
     eprintln!("seed {seed:#x} (SEALION_SEED={seed:x} repeats it)");
-    let dir = tempfile::tempdir().unwrap();
-    let http_port = free_port();
-    let base = free_base_port();
-    let launcher = Proc::start(
-        "cluster",
-        &[
-            "cluster".into(),
-            "--meta".into(),
-            "1".into(),
-            "--storage".into(),
-            "3".into(),
-            "--query".into(),
-            "1".into(),
-            "--data-dir".into(),
-            dir.path().join("c").display().to_string(),
-            "--base-port".into(),
-            base.to_string(),
-            "--http-port".into(),
-            http_port.to_string(),
-            "--pg-port".into(),
-            free_port().to_string(),
-        ],
-        dir.path(),
-    );
-    let http = Http::new(&format!("127.0.0.1:{http_port}"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while !http.healthy().await {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "cluster did not become healthy:\n{}",
-            launcher.log_text()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    eventually(
-        "three storage nodes up",
-        std::time::Duration::from_secs(60),
-        || async {
-            let (s, b) = http
-                .sql(
-                    "public",
-                    "SELECT count(*) FROM system.nodes WHERE state = 'up'",
-                )
-                .await;
-            (s == 200 && b["rows"][0][0] == 3).then_some(())
-        },
-    )
-    .await;
+    let cluster = start_cluster(3).await;
+    let http = &cluster.http;
     let mut rng = Rng(seed);
     let mut rows = history(&mut rng);
-    write(&http, &rows).await;
+    write(http, &rows).await;
     let ctx = model(&rows).await;
-    check_random(&http, &ctx, seed, 40, "open").await;
-    admin_seal(&http, "cpu").await;
+    check_random(http, &ctx, seed, 40, "open").await;
+    admin_seal(http, "cpu").await;
     let late: Vec<Row> = (0..50)
         .map(|k| value_row(&mut rng, 3, (DAY0_S + k * STEP_S + 405) * NS))
         .collect();
-    write(&http, &late).await;
+    write(http, &late).await;
     rows.extend(late);
     http.rows(
         "public",
@@ -813,8 +767,8 @@ async fn random_aggregates_on_a_cluster_answer_as_datafusion_does() {
     .await;
     rows.retain(|r| !(r.host == 4 && r.t_ns >= (DAY0_S + 86_400) * NS));
     let ctx = model(&rows).await;
-    check_random(&http, &ctx, seed ^ 0x9e37, 60, "sealed, late rows, delete").await;
-    drop(launcher);
+    check_random(http, &ctx, seed ^ 0x9e37, 60, "sealed, late rows, delete").await;
+    drop(cluster);
 }
 
 /// Trades for the as-of join: unique times per host, some before any

@@ -160,61 +160,6 @@ async fn slt_files_pass_against_standalone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slt_files_pass_against_a_cluster_with_three_storage_nodes() {
-    let dir = tempfile::tempdir().unwrap();
-    let http_port = free_port();
-    let pg_port = free_port();
-    let base = free_base_port();
-    let launcher = Proc::start(
-        "cluster",
-        &[
-            "cluster".into(),
-            "--meta".into(),
-            "1".into(),
-            "--storage".into(),
-            "3".into(),
-            "--query".into(),
-            "1".into(),
-            "--data-dir".into(),
-            dir.path().join("c").display().to_string(),
-            "--base-port".into(),
-            base.to_string(),
-            "--http-port".into(),
-            http_port.to_string(),
-            "--pg-port".into(),
-            pg_port.to_string(),
-        ],
-        dir.path(),
-    );
-    let http_addr = format!("127.0.0.1:{http_port}");
-    let http = Http::new(&http_addr);
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while !http.healthy().await {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "cluster did not become healthy:\n{}",
-            launcher.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    eventually(
-        "three storage nodes up",
-        Duration::from_secs(60),
-        || async {
-            let (s, b) = http
-                .sql(
-                    "public",
-                    "SELECT count(*) FROM system.nodes WHERE state = 'up'",
-                )
-                .await;
-            (s == 200 && b["rows"][0][0] == 3).then_some(())
-        },
-    )
-    .await;
-    run_all(
-        &http,
-        &http_addr,
-        &format!("127.0.0.1:{pg_port}"),
-        "cluster",
-    )
-    .await;
+    let c = start_cluster(3).await;
+    run_all(&c.http, &c.http_addr, &c.pg_addr, "cluster").await;
 }

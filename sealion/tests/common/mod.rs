@@ -441,3 +441,69 @@ pub fn rand_u16() -> u16 {
         .unwrap()
         .subsec_nanos() as u16
 }
+
+/// `sealion cluster` with one meta replica, `storage` storage nodes and one
+/// query node, on free loopback ports; returns once every storage node is up.
+pub struct LocalCluster {
+    pub launcher: Proc,
+    pub http: Http,
+    pub http_addr: String,
+    pub pg_addr: String,
+    pub _dir: tempfile::TempDir,
+}
+
+pub async fn start_cluster(storage: usize) -> LocalCluster {
+    let dir = tempfile::tempdir().unwrap();
+    let http_port = free_port();
+    let pg_port = free_port();
+    let base = free_base_port();
+    let launcher = Proc::start(
+        "cluster",
+        &[
+            "cluster".into(),
+            "--meta".into(),
+            "1".into(),
+            "--storage".into(),
+            storage.to_string(),
+            "--query".into(),
+            "1".into(),
+            "--data-dir".into(),
+            dir.path().join("c").display().to_string(),
+            "--base-port".into(),
+            base.to_string(),
+            "--http-port".into(),
+            http_port.to_string(),
+            "--pg-port".into(),
+            pg_port.to_string(),
+        ],
+        dir.path(),
+    );
+    let http_addr = format!("127.0.0.1:{http_port}");
+    let http = Http::new(&http_addr);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !http.healthy().await {
+        assert!(
+            Instant::now() < deadline,
+            "cluster did not become healthy:\n{}",
+            launcher.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eventually("every storage node up", Duration::from_secs(60), || async {
+        let (s, b) = http
+            .sql(
+                "public",
+                "SELECT count(*) FROM system.nodes WHERE state = 'up'",
+            )
+            .await;
+        (s == 200 && b["rows"][0][0] == storage).then_some(())
+    })
+    .await;
+    LocalCluster {
+        launcher,
+        http,
+        http_addr,
+        pg_addr: format!("127.0.0.1:{pg_port}"),
+        _dir: dir,
+    }
+}
