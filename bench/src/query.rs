@@ -417,6 +417,8 @@ impl Sealion {
                     "3",
                     "--query",
                     "1",
+                    "--replication-factor",
+                    "1",
                     "--data-dir",
                 ])
                 .arg(dir.join("data"))

@@ -18,7 +18,7 @@ use sealion_common::time::{DEFAULT_PARTITION_INTERVAL_NS, partition_end};
 use sealion_proto::{
     AddColumns, ClusterState, Column, ColumnKind, CreateDatabase, CreateTable, DataType, Database,
     DropDatabase, DropTable, EnsurePartitions, ExpirePartitions, MetaCommand, MetaResponse,
-    Partition, PartitionState, RegisterNode, SetPartitionState, StorageNode, Table,
+    Partition, PartitionState, RegisterNode, SetPartitionState, StorageNode, Table, UpdateReplicas,
     meta_command::Cmd,
 };
 
@@ -103,6 +103,7 @@ pub fn apply(state: &mut ClusterState, cmd: &MetaCommand, index: u64) -> MetaRes
         Some(Cmd::EnsurePartitions(c)) => ensure_partitions(state, c),
         Some(Cmd::ExpirePartitions(c)) => expire_partitions(state, c),
         Some(Cmd::SetPartitionState(c)) => set_partition_state(state, c),
+        Some(Cmd::UpdateReplicas(c)) => update_replicas(state, c),
     };
     state.version = index;
     match outcome {
@@ -457,6 +458,76 @@ fn set_partition_state(state: &mut ClusterState, c: &SetPartitionState) -> Outco
     })
 }
 
+/// Applies each change whose partition still has the expected epoch, and
+/// bumps that epoch. Changes that lost the race are skipped; when none
+/// applies, the command is refused as a conflict. The response lists the
+/// partitions changed, as they now are.
+fn update_replicas(state: &mut ClusterState, c: &UpdateReplicas) -> Outcome {
+    // Check every change first, so a malformed one changes nothing.
+    for ch in &c.changes {
+        let distinct: BTreeSet<u64> = ch.replicas.iter().copied().collect();
+        if distinct.len() != ch.replicas.len() {
+            return Err(invalid(format!(
+                "replicas of partition {} name a node twice",
+                ch.partition_id
+            )));
+        }
+        if let Some(unknown) = ch
+            .replicas
+            .iter()
+            .find(|id| !state.nodes.iter().any(|n| n.id == **id))
+        {
+            return Err(invalid(format!(
+                "replicas of partition {} name unknown storage node {unknown}",
+                ch.partition_id
+            )));
+        }
+        match ch.replicas.first() {
+            Some(primary) if ch.in_sync.contains(primary) => {}
+            _ => {
+                return Err(invalid(format!(
+                    "partition {}: the primary must be in the in-sync set",
+                    ch.partition_id
+                )));
+            }
+        }
+        if let Some(stray) = ch.in_sync.iter().find(|id| !distinct.contains(id)) {
+            return Err(invalid(format!(
+                "partition {}: in-sync node {stray} is not a replica",
+                ch.partition_id
+            )));
+        }
+    }
+    let mut changed = Vec::new();
+    let mut stale = Vec::new();
+    for ch in &c.changes {
+        let Some(p) = state.partitions.iter_mut().find(|p| p.id == ch.partition_id) else {
+            stale.push(format!("partition {} does not exist", ch.partition_id));
+            continue;
+        };
+        if p.epoch != ch.expected_epoch {
+            stale.push(format!(
+                "partition {} is at epoch {}, not {}",
+                p.id, p.epoch, ch.expected_epoch
+            ));
+            continue;
+        }
+        p.replicas = ch.replicas.clone();
+        let mut in_sync: Vec<u64> = ch.replicas.iter().copied().filter(|id| ch.in_sync.contains(id)).collect();
+        in_sync.dedup();
+        p.in_sync = in_sync;
+        p.epoch += 1;
+        changed.push(p.clone());
+    }
+    if changed.is_empty() && !stale.is_empty() {
+        return Err(Refusal::new(kind::CONFLICT, stale.join("; ")));
+    }
+    Ok(MetaResponse {
+        partitions: changed,
+        ..Default::default()
+    })
+}
+
 /// Partitions whose end is at or before `now_ns - retention` of their table.
 pub fn expired_partitions(state: &ClusterState, now_ns: i64) -> Vec<u64> {
     state
@@ -607,6 +678,7 @@ fn ensure_partitions(state: &mut ClusterState, c: &EnsurePartitions) -> Outcome 
             table_id: c.table_id,
             start_ns: start,
             end_ns: partition_end(start, interval_ns),
+            in_sync: replicas.clone(),
             replicas,
             state: PartitionState::Open as i32,
             epoch: 1,
@@ -631,7 +703,7 @@ fn ensure_partitions(state: &mut ClusterState, c: &EnsurePartitions) -> Outcome 
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use sealion_proto::PartitionPlacement;
+    use sealion_proto::{PartitionPlacement, ReplicaChange};
 
     use super::*;
 
@@ -1183,6 +1255,52 @@ mod tests {
             }),
         );
         assert_eq!(bad.error_kind, kind::INVALID);
+    }
+
+    #[test]
+    fn replica_changes_are_compare_and_set_on_the_epoch() {
+        let mut s = initial_state();
+        let t = cpu_table(&mut s);
+        for a in ["a:1", "b:1", "c:1"] {
+            register(&mut s, 0, a);
+        }
+        let r = ensure(&mut s, t.id, vec![0], vec![1, 2, 3]);
+        let p = r.partitions[0].clone();
+        assert_eq!(p.in_sync, vec![1, 2, 3], "a new partition is in sync everywhere");
+        let change = |epoch: u64, replicas: Vec<u64>, in_sync: Vec<u64>| {
+            Cmd::UpdateReplicas(UpdateReplicas {
+                changes: vec![ReplicaChange {
+                    partition_id: p.id,
+                    expected_epoch: epoch,
+                    replicas,
+                    in_sync,
+                    reason: "test".into(),
+                }],
+            })
+        };
+        // Node 1 fails: 2 is promoted, the epoch moves on.
+        let ok = run(&mut s, change(1, vec![2, 1, 3], vec![3, 2]));
+        assert_eq!(ok.error, "");
+        assert_eq!(ok.partitions[0].replicas, vec![2, 1, 3]);
+        assert_eq!(ok.partitions[0].in_sync, vec![2, 3], "kept in replica order");
+        assert_eq!(ok.partitions[0].epoch, 2);
+        // A change made against the old epoch loses.
+        let late = run(&mut s, change(1, vec![1, 2, 3], vec![1, 2, 3]));
+        assert_eq!(late.error_kind, kind::CONFLICT);
+        assert_eq!(s.partitions[0].epoch, 2);
+        // Malformed changes are refused whatever the epoch.
+        for (replicas, in_sync) in [
+            (vec![2, 1, 3], vec![1, 3]),   // primary not in sync
+            (vec![2, 2, 3], vec![2]),      // a node twice
+            (vec![2, 9], vec![2]),         // unknown node
+            (vec![2, 1], vec![2, 3]),      // in sync but not a replica
+            (vec![], vec![]),              // no primary
+        ] {
+            let bad = run(&mut s, change(2, replicas.clone(), in_sync.clone()));
+            assert_eq!(bad.error_kind, kind::INVALID, "{replicas:?} {in_sync:?}");
+        }
+        assert_eq!(s.partitions[0].epoch, 2);
+        assert_eq!(s.partitions[0].in_sync, vec![2, 3]);
     }
 
     #[test]

@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use sealion_common::time::partition_start;
-use sealion_proto::{ClusterState, EnsurePartitions, NodeLiveness, NodeState, PartitionPlacement};
+use sealion_proto::{
+    ClusterState, EnsurePartitions, NodeLiveness, NodeState, PartitionPlacement, ReplicaChange,
+};
 
 use crate::machine::{Refusal, kind, table_interval_ns};
 
@@ -53,6 +55,16 @@ impl Liveness {
             None => self.leader_since,
         };
         Instant::now().duration_since(since) <= self.timeout
+    }
+
+    /// How long node `node_id` has been silent, counting from the start of
+    /// this leadership at the latest (as `is_up` does).
+    pub fn silent_for(&self, node_id: u64) -> Duration {
+        let since = match self.last.get(&node_id) {
+            Some((at, _)) => (*at).max(self.leader_since),
+            None => self.leader_since,
+        };
+        Instant::now().duration_since(since)
     }
 
     /// Liveness of every node of `state`, by id.
@@ -122,6 +134,14 @@ pub fn place(
             }
         }
     }
+    // Primaries are spread on their own: with as many replicas as nodes,
+    // every node holds everything, and reads go to primaries.
+    let mut led: HashMap<u64, usize> = state.nodes.iter().map(|n| (n.id, 0)).collect();
+    for p in &state.partitions {
+        if let Some(c) = p.replicas.first().and_then(|r| led.get_mut(r)) {
+            *c += 1;
+        }
+    }
     let up: HashMap<u64, bool> = state.nodes.iter().map(|n| (n.id, is_up(n.id))).collect();
     let rf = replication_factor.clamp(1, state.nodes.len());
     for start in missing {
@@ -134,10 +154,24 @@ pub fn place(
             )
         });
         candidates.truncate(rf);
+        // The primary: the chosen node that is up and leads the fewest.
+        if let Some(best) = (0..candidates.len()).min_by_key(|&i| {
+            let id = candidates[i];
+            (
+                !up.get(&id).copied().unwrap_or(false),
+                led.get(&id).copied().unwrap_or(0),
+                i,
+            )
+        }) {
+            candidates[..=best].rotate_right(1);
+        }
         for id in &candidates {
             if let Some(c) = load.get_mut(id) {
                 *c += 1;
             }
+        }
+        if let Some(c) = candidates.first().and_then(|id| led.get_mut(id)) {
+            *c += 1;
         }
         cmd.placements.push(PartitionPlacement {
             start_ns: start,
@@ -145,6 +179,90 @@ pub fn place(
         });
     }
     Ok(())
+}
+
+/// What failover changes: every partition with an in-sync replica that is
+/// down loses it from the in-sync set; when that was the primary, the first
+/// in-sync replica that is up becomes primary. A partition whose in-sync
+/// replicas are all down is left as it is: only an in-sync replica may be
+/// promoted, and none is there to promote.
+pub fn failover_changes(state: &ClusterState, is_up: impl Fn(u64) -> bool) -> Vec<ReplicaChange> {
+    let mut out = Vec::new();
+    for p in &state.partitions {
+        let down: Vec<u64> = p.in_sync.iter().copied().filter(|id| !is_up(*id)).collect();
+        if down.is_empty() {
+            continue;
+        }
+        let in_sync: Vec<u64> = p.in_sync.iter().copied().filter(|id| is_up(*id)).collect();
+        let Some(&first_live) = p.replicas.iter().find(|id| in_sync.contains(id)) else {
+            continue;
+        };
+        let primary = match p.replicas.first() {
+            Some(&old) if in_sync.contains(&old) => old,
+            _ => first_live,
+        };
+        let mut replicas = vec![primary];
+        replicas.extend(p.replicas.iter().copied().filter(|id| *id != primary));
+        out.push(ReplicaChange {
+            partition_id: p.id,
+            expected_epoch: p.epoch,
+            replicas,
+            in_sync,
+            reason: format!("node {down:?} down"),
+        });
+    }
+    out
+}
+
+/// What re-replication changes: a replica on a node gone for good (`gone`)
+/// that is no longer in sync is replaced by the least-loaded node that is up
+/// and not yet a replica of the partition. The new replica starts out of
+/// sync and catches up from the primary.
+pub fn replacement_changes(
+    state: &ClusterState,
+    is_up: impl Fn(u64) -> bool,
+    gone: impl Fn(u64) -> bool,
+) -> Vec<ReplicaChange> {
+    let mut load: HashMap<u64, usize> = state.nodes.iter().map(|n| (n.id, 0)).collect();
+    for p in &state.partitions {
+        for r in &p.replicas {
+            if let Some(c) = load.get_mut(r) {
+                *c += 1;
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for p in &state.partitions {
+        let mut replicas = p.replicas.clone();
+        let mut changed = Vec::new();
+        for slot in replicas.iter_mut() {
+            let old = *slot;
+            if p.in_sync.contains(&old) || !gone(old) {
+                continue;
+            }
+            let candidate = state
+                .nodes
+                .iter()
+                .map(|n| n.id)
+                .filter(|id| is_up(*id) && !p.replicas.contains(id) && !changed.iter().any(|(_, n)| n == id))
+                .min_by_key(|id| (load.get(id).copied().unwrap_or(0), *id));
+            let Some(new) = candidate else { continue };
+            *slot = new;
+            *load.entry(new).or_default() += 1;
+            changed.push((old, new));
+        }
+        if changed.is_empty() {
+            continue;
+        }
+        out.push(ReplicaChange {
+            partition_id: p.id,
+            expected_epoch: p.epoch,
+            replicas,
+            in_sync: p.in_sync.clone(),
+            reason: format!("replaced (gone, new) {changed:?}"),
+        });
+    }
+    out
 }
 
 #[cfg(test)]
@@ -220,6 +338,22 @@ mod tests {
     }
 
     #[test]
+    fn with_every_node_a_replica_the_primaries_still_rotate() {
+        let s = state(&[1, 2, 3], &[]);
+        let mut cmd = ensure(vec![0, 10, 20, 30, 40, 50]);
+        place(&s, &mut cmd, |_| true, 3).unwrap();
+        let primaries: Vec<u64> = cmd.placements.iter().map(|p| p.replicas[0]).collect();
+        for id in [1, 2, 3] {
+            assert_eq!(primaries.iter().filter(|p| **p == id).count(), 2, "{primaries:?}");
+        }
+        for p in &cmd.placements {
+            let mut r = p.replicas.clone();
+            r.sort_unstable();
+            assert_eq!(r, vec![1, 2, 3]);
+        }
+    }
+
+    #[test]
     fn no_storage_node_is_unavailable_but_existing_partitions_need_none() {
         let s = state(&[], &[(0, vec![1])]);
         let mut cmd = ensure(vec![10]);
@@ -230,6 +364,71 @@ mod tests {
         let mut cmd = ensure(vec![0]);
         place(&s, &mut cmd, |_| true, 1).unwrap();
         assert!(cmd.placements.is_empty());
+    }
+
+    fn replicated(id: u64, replicas: Vec<u64>, in_sync: Vec<u64>) -> Partition {
+        Partition {
+            id,
+            table_id: 1,
+            start_ns: id as i64 * 10,
+            end_ns: id as i64 * 10 + 10,
+            replicas,
+            in_sync,
+            epoch: 4,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn failover_drops_dead_replicas_and_promotes_an_in_sync_one() {
+        let mut s = state(&[1, 2, 3, 4], &[]);
+        s.partitions = vec![
+            // Primary 1 dies: 2 is promoted, 3 stays a backup.
+            replicated(1, vec![1, 2, 3], vec![1, 2, 3]),
+            // A backup dies: the primary stays.
+            replicated(2, vec![2, 1, 3], vec![2, 1, 3]),
+            // Nothing down: untouched.
+            replicated(3, vec![2, 3, 4], vec![2, 3, 4]),
+            // 3 is out of sync, so it cannot be promoted; 4 can.
+            replicated(4, vec![1, 3, 4], vec![1, 4]),
+            // Every in-sync replica is down: nothing to promote, left alone.
+            replicated(5, vec![1, 2], vec![1]),
+        ];
+        let changes = failover_changes(&s, |id| id != 1);
+        let got: Vec<(u64, u64, Vec<u64>, Vec<u64>)> = changes
+            .iter()
+            .map(|c| (c.partition_id, c.expected_epoch, c.replicas.clone(), c.in_sync.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, 4, vec![2, 1, 3], vec![2, 3]),
+                (2, 4, vec![2, 1, 3], vec![2, 3]),
+                (4, 4, vec![4, 1, 3], vec![4]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_node_gone_for_good_is_replaced_by_the_least_loaded_live_one() {
+        let mut s = state(&[1, 2, 3, 4, 5], &[]);
+        s.partitions = vec![
+            replicated(1, vec![2, 1, 3], vec![2, 3]),
+            replicated(2, vec![2, 4, 1], vec![2, 4]),
+            // Still in sync (failover has not run yet): not replaced.
+            replicated(3, vec![1, 2], vec![1, 2]),
+        ];
+        // Node 1 is gone. Partition 1 takes 5 (it holds nothing); then 5
+        // and 3 hold one each for partition 2, and the lower id wins.
+        let changes = replacement_changes(&s, |id| id != 1, |id| id == 1);
+        let got: Vec<(u64, Vec<u64>, Vec<u64>)> = changes
+            .iter()
+            .map(|c| (c.partition_id, c.replicas.clone(), c.in_sync.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(1, vec![2, 5, 3], vec![2, 3]), (2, vec![2, 4, 3], vec![2, 4])]
+        );
     }
 
     #[test]

@@ -29,6 +29,10 @@ use crate::{Error, Result};
 pub const DEFAULT_NODE_TIMEOUT_MS: u64 = 5_000;
 /// Default for `MetaConfig::retention_check_interval_ms`.
 pub const DEFAULT_RETENTION_CHECK_INTERVAL_MS: u64 = 60_000;
+/// Default for `MetaConfig::replace_after_ms`: 0, replicas are never moved.
+pub const DEFAULT_REPLACE_AFTER_MS: u64 = 0;
+/// How often the leader looks for in-sync replicas on nodes that are down.
+const FAILOVER_TICK: Duration = Duration::from_millis(250);
 /// Build a snapshot after this many log entries since the last one.
 const SNAPSHOT_EVERY_LOGS: u64 = 1_000;
 /// How long a joining replica waits between rounds of asking.
@@ -63,6 +67,9 @@ pub struct MetaConfig {
     /// How often the leader looks for partitions past their table's
     /// retention and removes them from the map; 0 turns retention off.
     pub retention_check_interval_ms: u64,
+    /// A storage node silent this long is gone for good: its replicas are
+    /// re-created on other nodes from the survivors. 0 never replaces.
+    pub replace_after_ms: u64,
 }
 
 impl MetaConfig {
@@ -78,6 +85,7 @@ impl MetaConfig {
             node_timeout_ms: DEFAULT_NODE_TIMEOUT_MS,
             replication_factor: 1,
             retention_check_interval_ms: DEFAULT_RETENTION_CHECK_INTERVAL_MS,
+            replace_after_ms: DEFAULT_REPLACE_AFTER_MS,
         }
     }
 }
@@ -194,6 +202,11 @@ impl MetaServer {
                 stop_rx.clone(),
             )),
         ];
+        background.push(tokio::spawn(failover_loop(
+            shared.clone(),
+            Duration::from_millis(cfg.replace_after_ms),
+            stop_rx.clone(),
+        )));
         if cfg.retention_check_interval_ms > 0 {
             background.push(tokio::spawn(retention_loop(
                 shared.clone(),
@@ -303,6 +316,63 @@ async fn retention_loop(shared: Arc<Shared>, interval: Duration, mut stop: watch
         match shared.propose(cmd, false).await {
             Ok(_) => tracing::info!(count, "partitions past retention removed from the map"),
             Err(e) => tracing::warn!(error = %e, "retention: could not expire partitions"),
+        }
+    }
+}
+
+/// On the leader: takes replicas on nodes that are down out of the in-sync
+/// sets (promoting an in-sync replica where the primary died), and, when
+/// `replace_after` is not zero, re-creates the replicas of nodes silent that
+/// long on other nodes. Every change is a compare-and-set on the epoch, so a
+/// primary's own change racing this one makes one of them lose cleanly.
+async fn failover_loop(shared: Arc<Shared>, replace_after: Duration, mut stop: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(FAILOVER_TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = ticker.tick() => {}
+        }
+        if shared.raft.metrics().borrow().state != ServerState::Leader {
+            continue;
+        }
+        let state = shared.current_state();
+        let mut changes = {
+            let liveness = shared.liveness();
+            crate::placement::failover_changes(&state, |id| liveness.is_up(id))
+        };
+        if changes.is_empty() && !replace_after.is_zero() {
+            let liveness = shared.liveness();
+            changes = crate::placement::replacement_changes(
+                &state,
+                |id| liveness.is_up(id),
+                |id| liveness.silent_for(id) >= replace_after,
+            );
+        }
+        if changes.is_empty() {
+            continue;
+        }
+        for c in &changes {
+            tracing::info!(
+                partition_id = c.partition_id,
+                epoch = c.expected_epoch + 1,
+                replicas = ?c.replicas,
+                in_sync = ?c.in_sync,
+                reason = %c.reason,
+                "changing replicas"
+            );
+        }
+        let cmd = sealion_proto::MetaCommand {
+            cmd: Some(sealion_proto::meta_command::Cmd::UpdateReplicas(
+                sealion_proto::UpdateReplicas { changes },
+            )),
+        };
+        match shared.propose(cmd, false).await {
+            Ok(r) if !r.error.is_empty() => {
+                tracing::debug!(error = %r.error, "replica change lost a race; next tick looks again")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not change replicas"),
         }
     }
 }

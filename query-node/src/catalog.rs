@@ -334,6 +334,8 @@ impl SystemSchema {
         let mut end = Vec::new();
         let mut node = Vec::new();
         let mut role = Vec::new();
+        let mut in_sync = Vec::new();
+        let mut epoch = Vec::new();
         let mut pstate = Vec::new();
         let mut rows = Vec::new();
         let mut bytes = Vec::new();
@@ -356,6 +358,8 @@ impl SystemSchema {
                 shard.push(0u32 as i64);
                 node.push(*n);
                 role.push(if i == 0 { "primary" } else { "backup" });
+                in_sync.push(p.in_sync.contains(n));
+                epoch.push(p.epoch);
                 pstate.push(match p.state() {
                     sealion_common::proto::PartitionState::Sealing => "sealing",
                     sealion_common::proto::PartitionState::Sealed => "sealed",
@@ -380,6 +384,8 @@ impl SystemSchema {
                 Field::new("shard", DataType::Int64, false),
                 Field::new("node_id", DataType::UInt64, false),
                 Field::new("role", DataType::Utf8, false),
+                Field::new("in_sync", DataType::Boolean, false),
+                Field::new("epoch", DataType::UInt64, false),
                 Field::new("state", DataType::Utf8, false),
                 Field::new("rows", DataType::UInt64, true),
                 Field::new("bytes", DataType::UInt64, true),
@@ -397,6 +403,8 @@ impl SystemSchema {
                 Arc::new(Int64Array::from(shard)),
                 Arc::new(UInt64Array::from(node)),
                 Arc::new(StringArray::from(role)),
+                Arc::new(BooleanArray::from(in_sync)),
+                Arc::new(UInt64Array::from(epoch)),
                 Arc::new(StringArray::from(pstate)),
                 Arc::new(UInt64Array::from(rows.clone())),
                 Arc::new(UInt64Array::from(bytes)),

@@ -30,6 +30,8 @@ use crate::{Error, Result};
 /// Largest gRPC message exchanged with storage nodes.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Rounds of routing a write again after a node said it is not the primary.
+const WRITE_ROUTE_ATTEMPTS: u32 = 4;
 
 /// gRPC channels to storage nodes, one per address, made on first use.
 #[derive(Default)]
@@ -141,9 +143,7 @@ impl WriteRouter {
             .partitions_for(table, rows_by_start.keys().copied().collect())
             .await?;
 
-        // node id -> (address, partition rows)
-        let state = self.meta.state();
-        let mut by_node: BTreeMap<u64, Vec<PartitionRows>> = BTreeMap::new();
+        let mut pending: Vec<PartitionRows> = Vec::with_capacity(rows_by_start.len());
         for (start, rows) in rows_by_start {
             let p = partitions
                 .iter()
@@ -151,53 +151,116 @@ impl WriteRouter {
                 .ok_or_else(|| {
                     Error::Internal(format!("meta returned no partition for start {start}"))
                 })?;
+            let indices = UInt32Array::from(rows);
+            let part = take_record_batch(&batch, &indices)?;
+            pending.push(PartitionRows {
+                partition_id: p.id,
+                arrow_ipc: encode_ipc(&part)?,
+                epoch: p.epoch,
+            });
+        }
+        // Each partition's rows go to its primary, which replicates them. A
+        // node that is no longer the primary (meta moved it since this
+        // node's view) refuses; those rows are routed again by meta's latest
+        // state, a few times at most.
+        let mut state = self.meta.state();
+        let mut written = 0;
+        for attempt in 0..WRITE_ROUTE_ATTEMPTS {
+            let (w, refused) = self.send_to_primaries(&state, table, pending).await?;
+            written += w;
+            if refused.is_empty() {
+                metrics::counter!("sealion_query_rows_routed_total").increment(written);
+                return Ok(written);
+            }
+            pending = refused;
+            if attempt + 1 < WRITE_ROUTE_ATTEMPTS {
+                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                state = Arc::new(self.meta.get_state(true).await?.state.unwrap_or_default());
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "partitions {:?} of table {} have no primary that takes writes; retry later",
+            pending.iter().map(|p| p.partition_id).collect::<Vec<_>>(),
+            table.name
+        )))
+    }
+
+    /// Sends each partition's rows to its primary in `state`, all nodes in
+    /// parallel. Returns the rows written and the partitions a node refused
+    /// because it is not (or no longer) their primary.
+    async fn send_to_primaries(
+        &self,
+        state: &sealion_common::proto::ClusterState,
+        table: &Table,
+        parts: Vec<PartitionRows>,
+    ) -> Result<(u64, Vec<PartitionRows>)> {
+        let mut by_node: BTreeMap<u64, Vec<PartitionRows>> = BTreeMap::new();
+        for mut part in parts {
+            let p = state
+                .partitions
+                .iter()
+                .find(|p| p.id == part.partition_id)
+                .ok_or_else(|| {
+                    Error::Unavailable(format!(
+                        "partition {} is not in the partition map",
+                        part.partition_id
+                    ))
+                })?;
             let primary = *p
                 .replicas
                 .first()
                 .ok_or_else(|| Error::Unavailable(format!("partition {} has no replica", p.id)))?;
-            let indices = UInt32Array::from(rows);
-            let part = take_record_batch(&batch, &indices)?;
-            by_node.entry(primary).or_default().push(PartitionRows {
-                partition_id: p.id,
-                arrow_ipc: encode_ipc(&part)?,
-            });
+            part.epoch = part.epoch.max(p.epoch);
+            by_node.entry(primary).or_default().push(part);
         }
         let columns = table.columns.clone();
         let mut calls = Vec::with_capacity(by_node.len());
         for (node_id, parts) in by_node {
-            let addr = sealion_common::catalog::node(&state, node_id)
+            let addr = sealion_common::catalog::node(state, node_id)
                 .map(|n| n.addr.clone())
                 .ok_or_else(|| Error::Unavailable(format!("storage node {node_id} is unknown")))?;
             let mut client = self.storage.storage(&addr)?;
             let mut req = tonic::Request::new(WriteRequest {
                 table_id: table.id,
                 columns: columns.clone(),
-                partitions: parts,
+                partitions: parts.clone(),
+                replicated: false,
             });
             req.set_timeout(WRITE_TIMEOUT);
             calls.push(async move {
-                client
-                    .write(req)
-                    .await
-                    .map(|r| r.into_inner().rows_written)
-                    .map_err(|status| match status.code() {
+                match client.write(req).await {
+                    Ok(r) => Ok((r.into_inner().rows_written, Vec::new())),
+                    Err(status) => match status.code() {
                         tonic::Code::InvalidArgument => {
-                            Error::Invalid(status.message().to_string())
+                            Err(Error::Invalid(status.message().to_string()))
                         }
-                        _ => Error::Unavailable(format!(
+                        tonic::Code::FailedPrecondition => Ok((0, parts)),
+                        _ => Err(Error::Unavailable(format!(
                             "storage node {node_id} at {addr} did not store the write: {}",
                             status.message()
-                        )),
-                    })
+                        ))),
+                    },
+                }
             });
         }
-        let results = futures::future::join_all(calls).await;
         let mut written = 0;
-        for r in results {
-            written += r?;
+        let mut refused = Vec::new();
+        let mut first_error = None;
+        for r in futures::future::join_all(calls).await {
+            match r {
+                Ok((w, mut back)) => {
+                    written += w;
+                    refused.append(&mut back);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        metrics::counter!("sealion_query_rows_routed_total").increment(written);
-        Ok(written)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok((written, refused)),
+        }
     }
 
     /// The partitions of `table` that start at `starts`, created if missing.

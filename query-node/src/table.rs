@@ -684,6 +684,8 @@ impl PartitionStream for DeleteStream {
                             table_id,
                             partition_ids: ids,
                             predicate: Some(predicate),
+                            replicated: false,
+                            epochs: Vec::new(),
                         })
                         .await
                         .map_err(|s| {

@@ -35,8 +35,8 @@ pub struct ClusterArgs {
     /// PostgreSQL port of the first query node; the next ones count up from it.
     #[arg(long, env = "SEALION_PG_PORT", default_value_t = 5433)]
     pg_port: u16,
-    /// Replicas per new partition.
-    #[arg(long, env = "SEALION_REPLICATION_FACTOR", default_value_t = 1)]
+    /// Replicas per new partition (capped at the number of storage nodes).
+    #[arg(long, env = "SEALION_REPLICATION_FACTOR", default_value_t = 3)]
     replication_factor: usize,
 }
 

@@ -90,7 +90,7 @@ struct MetaArgs {
     #[arg(long, env = "SEALION_NODE_TIMEOUT_MS", default_value_t = 5_000)]
     node_timeout_ms: u64,
     /// Replicas per new partition (capped at the number of storage nodes).
-    #[arg(long, env = "SEALION_REPLICATION_FACTOR", default_value_t = 1)]
+    #[arg(long, env = "SEALION_REPLICATION_FACTOR", default_value_t = 3)]
     replication_factor: usize,
     /// How often meta removes partitions past their table's retention (0: never).
     #[arg(
@@ -99,6 +99,10 @@ struct MetaArgs {
         default_value_t = 60_000
     )]
     retention_check_interval_ms: u64,
+    /// A storage node silent this long is gone for good: its replicas are
+    /// copied from the survivors to other nodes (0: never).
+    #[arg(long, env = "SEALION_REPLACE_AFTER_MS", default_value_t = 0)]
+    replace_after_ms: u64,
 }
 
 #[derive(Args, Debug)]
@@ -213,6 +217,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 node_timeout_ms: a.node_timeout_ms,
                 replication_factor: a.replication_factor,
                 retention_check_interval_ms: a.retention_check_interval_ms,
+                replace_after_ms: a.replace_after_ms,
             })
             .await
             .context("starting meta")?;
@@ -280,6 +285,7 @@ async fn standalone(a: StandaloneArgs) -> anyhow::Result<()> {
         node_timeout_ms: 5_000,
         replication_factor: 1,
         retention_check_interval_ms: a.retention_check_interval_ms,
+        replace_after_ms: 0,
     })
     .await
     .context("starting meta")?;

@@ -64,6 +64,10 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
                 .to_string(),
             "--node-timeout-ms".into(),
             "3000".into(),
+            // This test is about a partition with one replica: its node's
+            // death fails what needs it. Replication has its own tests.
+            "--replication-factor".into(),
+            "1".into(),
         ];
         if i == 0 {
             args.push("--bootstrap".into());
@@ -344,11 +348,16 @@ async fn sealion_cluster_command_runs_a_working_cluster_and_stops_it() {
         assert_eq!(status, 204, "{body}");
     }
     check_per_host(&http, &format!("127.0.0.1:{pg_port}"), &data).await;
-    let parts = http.rows("public", "SELECT count(*), count(DISTINCT partition_id) FROM system.partitions WHERE table_name = 'cpu'").await;
+    let parts = http.rows("public", "SELECT count(*), count(DISTINCT partition_id), count(DISTINCT node_id) FILTER (WHERE role = 'primary'), bool_and(in_sync) FROM system.partitions WHERE table_name = 'cpu'").await;
     assert_eq!(
         parts[0],
-        vec![serde_json::json!(3), serde_json::json!(3)],
-        "one partition per day"
+        vec![
+            serde_json::json!(9),
+            serde_json::json!(3),
+            serde_json::json!(3),
+            serde_json::json!(true)
+        ],
+        "one partition per day, three replicas each (the default), all in sync, primaries on every node"
     );
 
     // The launcher prints every process and its pid, and SIGTERM stops them all.

@@ -12,6 +12,18 @@ pub enum Error {
     Invalid(String),
     #[error("partition {partition_id} is not held by storage node {node_id}")]
     NotHeld { partition_id: u64, node_id: u64 },
+    #[error("storage node {node_id} is not the primary of partition {partition_id}")]
+    NotPrimary { partition_id: u64, node_id: u64 },
+    #[error(
+        "stale epoch for partition {partition_id}: the request has {request}, this node knows {known}"
+    )]
+    StaleEpoch {
+        partition_id: u64,
+        request: u64,
+        known: u64,
+    },
+    #[error("{0}")]
+    Unavailable(String),
     #[error("meta: {0}")]
     Meta(#[from] sealion_common::Error),
     #[error("io: {0}")]
@@ -46,8 +58,11 @@ impl From<Error> for tonic::Status {
         let message = e.to_string();
         match e {
             Error::Invalid(_) | Error::Arrow(_) => tonic::Status::invalid_argument(message),
-            Error::NotHeld { .. } => tonic::Status::failed_precondition(message),
-            Error::Meta(_) => tonic::Status::unavailable(message),
+            Error::NotHeld { .. } | Error::NotPrimary { .. } => {
+                tonic::Status::failed_precondition(message)
+            }
+            Error::StaleEpoch { .. } => tonic::Status::aborted(message),
+            Error::Meta(_) | Error::Unavailable(_) => tonic::Status::unavailable(message),
             Error::Corrupt { .. } => tonic::Status::data_loss(message),
             Error::Rocks(_) | Error::Io(_) | Error::Internal(_) => tonic::Status::internal(message),
         }

@@ -11,6 +11,7 @@
 pub mod engine;
 pub mod error;
 pub mod node;
+pub mod replication;
 pub mod service;
 
 // The data formats live in their own crate (no RocksDB there, so they can be

@@ -50,6 +50,7 @@ pub struct StorageServer {
     shutdown_tx: Option<oneshot::Sender<()>>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     heartbeat: JoinHandle<()>,
+    catch_up: JoinHandle<()>,
     sweeper: Option<JoinHandle<()>>,
     sealer: Option<JoinHandle<()>>,
 }
@@ -100,6 +101,8 @@ impl StorageServer {
             started: std::time::Instant::now(),
             published_filters: Default::default(),
             filter_gate: Default::default(),
+            peers: Default::default(),
+            locks: Default::default(),
         });
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
         let storage = GrpcStorageServer::new(StorageService { ctx: ctx.clone() })
@@ -120,6 +123,7 @@ impl StorageServer {
         );
         let interval = Duration::from_millis(cfg.heartbeat_interval_ms.max(50));
         let heartbeat = tokio::spawn(heartbeat_loop(ctx.clone(), advertise.clone(), interval));
+        let catch_up = tokio::spawn(catch_up_loop(ctx.clone(), interval));
         let sweeper = (cfg.sweep_interval_ms > 0).then(|| {
             tokio::spawn(sweep_loop(
                 ctx.clone(),
@@ -139,6 +143,7 @@ impl StorageServer {
             shutdown_tx: Some(shutdown_tx),
             server,
             heartbeat,
+            catch_up,
             sweeper,
             sealer,
         })
@@ -158,6 +163,7 @@ impl StorageServer {
             let _ = tx.send(());
         }
         self.heartbeat.abort();
+        self.catch_up.abort();
         if let Some(s) = &self.sweeper {
             s.abort();
         }
@@ -204,6 +210,19 @@ async fn heartbeat_loop(ctx: Arc<NodeContext>, addr: String, interval: Duration)
                 }
             }
             Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
+        }
+    }
+}
+
+/// Brings the replicas this node holds out of sync back in sync, by asking
+/// their primaries to resync them.
+async fn catch_up_loop(ctx: Arc<NodeContext>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if let Err(e) = crate::replication::catch_up_once(&ctx).await {
+            tracing::warn!(error = %e, "catch-up failed");
         }
     }
 }
@@ -265,7 +284,7 @@ async fn seal_loop(ctx: Arc<NodeContext>, interval: Duration) {
         let candidates: Vec<u64> = state
             .partitions
             .iter()
-            .filter(|p| p.replicas.first() == Some(&node_id) && p.end_ns <= now_ns)
+            .filter(|p| p.in_sync.contains(&node_id) && p.end_ns <= now_ns)
             .map(|p| p.id)
             .collect();
         for pid in candidates {

@@ -20,9 +20,10 @@ use sealion_common::catalog::arrow_schema;
 use sealion_common::meta_client::MetaClient;
 use sealion_common::proto::storage_server::Storage;
 use sealion_common::proto::{
-    DeleteReply, DeleteRequest, DropPartitionsReply, DropPartitionsRequest, PartitionStats,
-    PartitionStatsReply, PartitionStatsRequest, ScanMetrics, ScanRequest, SealReply, SealRequest,
-    SealResult, WriteReply, WriteRequest,
+    DeleteReply, DeleteRequest, DropPartitionsReply, DropPartitionsRequest, InstallReply,
+    InstallRequest, PartitionStats, PartitionStatsReply, PartitionStatsRequest, ResyncReply,
+    ResyncRequest, ScanMetrics, ScanRequest, SealReply, SealRequest, SealResult, WriteReply,
+    WriteRequest,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -54,9 +55,34 @@ pub struct NodeContext {
     /// publishing filters holds it alone, so a late row is never written
     /// between "this partition has no late rows" and the filters going out.
     pub filter_gate: tokio::sync::RwLock<()>,
+    /// Channels to the other storage nodes (forwarded writes, resyncs).
+    pub peers: crate::replication::Peers,
+    /// Per-partition order of writes on a primary.
+    pub locks: crate::replication::PartitionLocks,
 }
 
 impl NodeContext {
+    pub fn node_id(&self) -> u64 {
+        self.node_id.load(Ordering::Acquire)
+    }
+
+    /// Forgets what this node published for `pid` (its copy was replaced).
+    pub fn forget_published(&self, pid: u64) {
+        if let Ok(mut m) = self.published_filters.lock() {
+            m.remove(&pid);
+        }
+    }
+
+    /// Whether meta names this node the primary of `pid`, in the local view.
+    pub fn is_primary(&self, pid: u64) -> bool {
+        let me = self.node_id();
+        self.meta
+            .state()
+            .partitions
+            .iter()
+            .any(|p| p.id == pid && p.replicas.first() == Some(&me))
+    }
+
     /// Partitions of `ids` whose published tag filters a write would make
     /// wrong (they describe the sealed file only, and the write adds late
     /// rows that may carry other tag values).
@@ -156,6 +182,9 @@ async fn set_state_with(
 /// records the state in meta.
 pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResult> {
     use sealion_common::proto::PartitionState;
+    // Every replica seals its own copy; only the primary reports the state
+    // and publishes tag filters (the copies hold the same rows).
+    let report = ctx.is_primary(pid);
     let state = ctx.meta.state();
     let partition = state
         .partitions
@@ -165,7 +194,7 @@ pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResu
     let table = sealion_common::catalog::table_by_id(&state, partition.table_id)
         .ok_or_else(|| Error::Invalid(format!("table of partition {pid} is not in the catalog")))?;
     let columns = table.columns.clone();
-    let was_sealed = partition.state() == PartitionState::Sealed;
+    let was_sealed = partition.state() == PartitionState::Sealed || !report;
     if !was_sealed {
         set_state(ctx, pid, PartitionState::Sealing).await;
     }
@@ -190,7 +219,16 @@ pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResu
         SealOutcome::Sealed { rows, bytes } => ("sealed", rows, bytes),
         SealOutcome::Resealed { rows, bytes } => ("resealed", rows, bytes),
     };
-    if matches!(
+    if !report {
+        tracing::info!(
+            partition_id = pid,
+            outcome = name,
+            rows,
+            bytes,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "sealed a backup copy"
+        );
+    } else if matches!(
         outcome,
         SealOutcome::Sealed { .. } | SealOutcome::Resealed { .. } | SealOutcome::AlreadySealed
     ) {
@@ -243,39 +281,84 @@ pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResu
     })
 }
 
-impl NodeContext {
-    /// Fails unless meta places every partition in `ids` on this node. The
-    /// local copy of the partition map may lag a write routed by a query node
-    /// that saw a newer map, so a miss is checked again against meta itself.
-    async fn check_held(&self, ids: &[u64]) -> Result<()> {
-        let node_id = self.node_id.load(Ordering::Acquire);
-        let held = |state: &sealion_common::proto::ClusterState, pid: u64| {
-            state
-                .partitions
-                .iter()
-                .any(|p| p.id == pid && p.replicas.contains(&node_id))
-        };
-        let state = self.meta.state();
-        let missing: Vec<u64> = ids.iter().copied().filter(|&p| !held(&state, p)).collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let fresh = self.meta.get_state(true).await?.state.unwrap_or_default();
-        match missing.into_iter().find(|&p| !held(&fresh, p)) {
-            None => Ok(()),
-            Some(partition_id) => Err(Error::NotHeld {
-                partition_id,
-                node_id,
-            }),
-        }
-    }
-}
-
 pub struct StorageService {
     pub ctx: Arc<NodeContext>,
 }
 
-fn decode_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>> {
+/// Applies a write on this node alone (synced). `withdraw_filters`: as the
+/// primary, first withdraw from meta the published tag filters of sealed
+/// partitions that the write adds late rows to (backups leave meta alone).
+pub async fn apply_write(
+    ctx: &Arc<NodeContext>,
+    req: &WriteRequest,
+    withdraw_filters: bool,
+) -> Result<u64> {
+    let ids: Vec<u64> = req.partitions.iter().map(|p| p.partition_id).collect();
+    let _gate = ctx.filter_gate.read().await;
+    // Late rows for a sealed partition: withdraw its tag filters from meta
+    // before the rows exist, so no planner skips the partition for a tag
+    // value only the late rows hold. A reseal publishes new ones.
+    if withdraw_filters {
+        for pid in ctx.filters_to_clear(&ids) {
+            let cmd = sealion_common::proto::meta_command::Cmd::SetPartitionState(
+                sealion_common::proto::SetPartitionState {
+                    partition_id: pid,
+                    state: sealion_common::proto::PartitionState::Sealed as i32,
+                    tag_filters: Vec::new(),
+                },
+            );
+            ctx.meta.propose(cmd).await.map_err(|e| {
+                Error::Unavailable(format!(
+                    "could not withdraw the tag filters of sealed partition {pid} before a late write: {e}"
+                ))
+            })?;
+            ctx.set_published(pid, false);
+        }
+    }
+    if let Ok(mut last) = ctx.last_write.lock() {
+        let now = std::time::Instant::now();
+        for id in &ids {
+            last.insert(*id, now);
+        }
+    }
+    let mut parts = Vec::with_capacity(req.partitions.len());
+    for p in &req.partitions {
+        parts.push((p.partition_id, decode_ipc(&p.arrow_ipc)?));
+    }
+    let engine = ctx.engine.clone();
+    let columns = req.columns.clone();
+    tokio::task::spawn_blocking(move || engine.write(&columns, &parts))
+        .await
+        .map_err(|e| Error::Internal(format!("write task failed: {e}")))?
+}
+
+/// Applies a delete on this node alone (synced).
+pub async fn apply_delete(ctx: &Arc<NodeContext>, req: &DeleteRequest) -> Result<u64> {
+    let pred = req
+        .predicate
+        .clone()
+        .ok_or_else(|| Error::Invalid("delete without a predicate".into()))?;
+    let engine = ctx.engine.clone();
+    let ids = req.partition_ids.clone();
+    let deleted = tokio::task::spawn_blocking(move || -> Result<u64> {
+        let mut n = 0;
+        for pid in ids {
+            n += engine.delete(pid, &pred)?;
+        }
+        Ok(n)
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("delete task failed: {e}")))??;
+    if let Ok(mut last) = ctx.last_write.lock() {
+        let now = std::time::Instant::now();
+        for id in &req.partition_ids {
+            last.insert(*id, now);
+        }
+    }
+    Ok(deleted)
+}
+
+pub(crate) fn decode_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>> {
     let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
     reader
         .collect::<std::result::Result<Vec<_>, _>>()
@@ -292,42 +375,17 @@ impl Storage for StorageService {
                 "write of {bytes} bytes is over the limit of {MAX_WRITE_BYTES}"
             )));
         }
-        let ids: Vec<u64> = req.partitions.iter().map(|p| p.partition_id).collect();
-        self.ctx.check_held(&ids).await?;
-        let _gate = self.ctx.filter_gate.read().await;
-        // Late rows for a sealed partition: withdraw its tag filters from
-        // meta before the rows exist, so no planner skips the partition for
-        // a tag value only the late rows hold. A reseal publishes new ones.
-        for pid in self.ctx.filters_to_clear(&ids) {
-            let cmd = sealion_common::proto::meta_command::Cmd::SetPartitionState(
-                sealion_common::proto::SetPartitionState {
-                    partition_id: pid,
-                    state: sealion_common::proto::PartitionState::Sealed as i32,
-                    tag_filters: Vec::new(),
-                },
-            );
-            self.ctx.meta.propose(cmd).await.map_err(|e| {
-                Status::unavailable(format!(
-                    "could not withdraw the tag filters of sealed partition {pid} before a late write: {e}"
-                ))
-            })?;
-            self.ctx.set_published(pid, false);
-        }
-        if let Ok(mut last) = self.ctx.last_write.lock() {
-            let now = std::time::Instant::now();
-            for id in &ids {
-                last.insert(*id, now);
-            }
-        }
-        let mut parts = Vec::with_capacity(req.partitions.len());
-        for p in &req.partitions {
-            parts.push((p.partition_id, decode_ipc(&p.arrow_ipc)?));
-        }
-        let engine = self.ctx.engine.clone();
-        let columns = req.columns;
-        let rows = tokio::task::spawn_blocking(move || engine.write(&columns, &parts))
-            .await
-            .map_err(|e| Status::internal(format!("write task failed: {e}")))??;
+        let rows = if req.replicated {
+            let epochs: Vec<(u64, u64)> = req
+                .partitions
+                .iter()
+                .map(|p| (p.partition_id, p.epoch))
+                .collect();
+            crate::replication::check_backup(&self.ctx, &epochs).await?;
+            apply_write(&self.ctx, &req, false).await?
+        } else {
+            crate::replication::primary_write(&self.ctx, req).await?
+        };
         metrics::counter!("sealion_storage_rows_written_total").increment(rows);
         Ok(Response::new(WriteReply { rows_written: rows }))
     }
@@ -363,30 +421,46 @@ impl Storage for StorageService {
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteReply>, Status> {
         let req = request.into_inner();
-        let pred = req
-            .predicate
-            .ok_or_else(|| Status::invalid_argument("delete without a predicate"))?;
-        self.ctx.check_held(&req.partition_ids).await?;
-        let engine = self.ctx.engine.clone();
-        let ids = req.partition_ids.clone();
-        let deleted = tokio::task::spawn_blocking(move || -> Result<u64> {
-            let mut n = 0;
-            for pid in ids {
-                n += engine.delete(pid, &pred)?;
-            }
-            Ok(n)
-        })
-        .await
-        .map_err(|e| Status::internal(format!("delete task failed: {e}")))??;
-        if let Ok(mut last) = self.ctx.last_write.lock() {
-            let now = std::time::Instant::now();
-            for id in &req.partition_ids {
-                last.insert(*id, now);
-            }
+        if req.predicate.is_none() {
+            return Err(Status::invalid_argument("delete without a predicate"));
         }
+        let deleted = if req.replicated {
+            if req.epochs.len() != req.partition_ids.len() {
+                return Err(Status::invalid_argument(
+                    "a forwarded delete needs one epoch per partition",
+                ));
+            }
+            let epochs: Vec<(u64, u64)> = req
+                .partition_ids
+                .iter()
+                .copied()
+                .zip(req.epochs.iter().copied())
+                .collect();
+            crate::replication::check_backup(&self.ctx, &epochs).await?;
+            apply_delete(&self.ctx, &req).await?
+        } else {
+            crate::replication::primary_delete(&self.ctx, req).await?
+        };
         Ok(Response::new(DeleteReply {
             rows_deleted: deleted,
         }))
+    }
+
+    async fn resync(
+        &self,
+        request: Request<ResyncRequest>,
+    ) -> Result<Response<ResyncReply>, Status> {
+        let req = request.into_inner();
+        let rows = crate::replication::resync(&self.ctx, req.partition_id, req.node_id).await?;
+        Ok(Response::new(ResyncReply { rows_copied: rows }))
+    }
+
+    async fn install(
+        &self,
+        request: Request<InstallRequest>,
+    ) -> Result<Response<InstallReply>, Status> {
+        crate::replication::install(&self.ctx, request.into_inner()).await?;
+        Ok(Response::new(InstallReply {}))
     }
 
     async fn seal(&self, request: Request<SealRequest>) -> Result<Response<SealReply>, Status> {
@@ -427,6 +501,46 @@ impl Storage for StorageService {
             };
             results.push(result);
         }
+        // As the primary, have the in-sync backups seal their copies too
+        // (best effort: each replica's own sealer would get there anyway).
+        let me = self.ctx.node_id();
+        let sealed_here: Vec<u64> = results
+            .iter()
+            .filter(|r| matches!(r.outcome.as_str(), "sealed" | "resealed" | "already_sealed"))
+            .map(|r| r.partition_id)
+            .filter(|pid| self.ctx.is_primary(*pid))
+            .collect();
+        let mut by_backup: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+        for p in state.partitions.iter().filter(|p| sealed_here.contains(&p.id)) {
+            for n in p.in_sync.iter().filter(|n| **n != me) {
+                by_backup.entry(*n).or_default().push(p.id);
+            }
+        }
+        let mut calls = Vec::new();
+        for (node, ids) in by_backup {
+            let Some(addr) = sealion_common::catalog::node(&state, node).map(|n| n.addr.clone())
+            else {
+                continue;
+            };
+            let client = self.ctx.peers.client(&addr);
+            calls.push(async move {
+                let r = match client {
+                    Ok(mut c) => c
+                        .seal(SealRequest {
+                            partition_ids: ids,
+                            ignore_idle: true,
+                        })
+                        .await
+                        .map(|_| ())
+                        .map_err(|s| s.message().to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                if let Err(e) = r {
+                    tracing::warn!(node, error = %e, "a backup did not seal its copy");
+                }
+            });
+        }
+        futures::future::join_all(calls).await;
         Ok(Response::new(SealReply { results }))
     }
 

@@ -124,13 +124,24 @@ impl Drop for Proc {
     }
 }
 
-/// A port that was free a moment ago.
+/// A port that was free a moment ago. It is drawn from below the kernel's
+/// ephemeral range (32768 and up), so an outgoing connection can never take
+/// it between this call and the process that binds it; and never the same
+/// one twice in a test process.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    for _ in 0..1_000 {
+        let port = 10_000 + (rand_u16() % 10_000);
+        let mut handed = HANDED_OUT.lock().unwrap();
+        if handed.contains(&port) {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed.push(port);
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range");
 }
 
 /// Polls `f` until it returns `Some`, or panics after `timeout` with `what`.
@@ -151,6 +162,7 @@ where
     }
 }
 
+#[derive(Clone)]
 pub struct Http {
     pub base: String,
     pub client: reqwest::Client,
@@ -423,7 +435,8 @@ pub async fn admin_seal(http: &Http, table: &str) -> Vec<String> {
 /// A base port whose internal ports (base+1..=3, base+101..=103) are free.
 pub fn free_base_port() -> u16 {
     for _ in 0..200 {
-        let base = 20_000 + (std::process::id() as u16 % 50) * 400 + (rand_u16() % 300);
+        // 20000..32600: below the ephemeral range, apart from free_port's.
+        let base = 20_000 + (rand_u16() % 60) * 210;
         let ports = [1u16, 2, 3, 101, 102, 103].map(|o| base + o);
         if ports
             .iter()
@@ -435,11 +448,19 @@ pub fn free_base_port() -> u16 {
     panic!("no free base port");
 }
 
+/// A pseudo-random number, different on every call and in every process.
 pub fn rand_u16() -> u16 {
-    std::time::SystemTime::now()
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .subsec_nanos() as u16
+        .as_nanos() as u64;
+    // splitmix64 of the time, the process and the call number.
+    let mut z = nanos ^ ((std::process::id() as u64) << 32) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) as u16
 }
 
 /// `sealion cluster` with one meta replica, `storage` storage nodes and one

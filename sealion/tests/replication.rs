@@ -1,0 +1,445 @@
+//! Replication with RF 3 over real processes: one meta replica, three
+//! storage nodes and one query node on loopback. Clients write unique rows
+//! and keep each batch's outcome; storage nodes are killed with SIGKILL and
+//! restarted; every acknowledged row must be read back exactly once, from
+//! whichever replica is left.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// Start of the rows' time: three days before now, at midnight, so that the
+/// rows fall in partitions that have ended (they can be sealed).
+fn base_ns() -> i64 {
+    let day = 86_400i64;
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    (now_s / day - 3) * day * 1_000_000_000
+}
+
+/// Rows `first..first+n` of table `w`: row i has tag k = c{i % 4}, value i,
+/// and a time of its own spread over two days.
+fn batch(first: u64, n: u64) -> String {
+    let base = base_ns();
+    (first..first + n)
+        .map(|i| {
+            let t = base + (i as i64 % 2) * 86_400_000_000_000 + (i as i64) * 1_000_000_000;
+            format!("w,k=c{} v={i}i {t}\n", i % 4)
+        })
+        .collect()
+}
+
+/// Writes a batch until it is acknowledged; returns how many attempts did
+/// not end in an acknowledgement (their outcome was unknown).
+async fn write_acked(http: &Http, body: &str, within: Duration) -> usize {
+    let deadline = std::time::Instant::now() + within;
+    let mut unknown = 0;
+    loop {
+        let (status, text) = http.write("public", body.to_string()).await;
+        if status == 204 {
+            return unknown;
+        }
+        assert!(
+            status == 503 || status == 500,
+            "a write fails as unavailable, not as bad input: {status} {text}"
+        );
+        unknown += 1;
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a batch was not acknowledged within {within:?}: {status} {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// (rows, sum of v) of table `w`, as the cluster answers now.
+async fn count_and_sum(http: &Http) -> Option<(u64, u64)> {
+    let (s, b) = http
+        .sql("public", "SELECT count(*), sum(v) FROM w")
+        .await;
+    if s != 200 {
+        return None;
+    }
+    Some((b["rows"][0][0].as_u64()?, b["rows"][0][1].as_u64()?))
+}
+
+/// The model: rows `0..n` minus those the DELETE removed.
+fn model(n: u64, deleted: &[u64]) -> (u64, u64) {
+    let kept = (0..n).filter(|i| !deleted.contains(i));
+    (kept.clone().count() as u64, kept.sum())
+}
+
+/// One meta replica (RF 3, nodes down after 2 s of silence, plus `meta_args`),
+/// `n` storage nodes and one query node; returns once every node is up.
+struct Cluster {
+    meta: Proc,
+    storages: Vec<Proc>,
+    query: Proc,
+    http: Http,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start(n: usize, meta_args: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path();
+        let meta_addr = format!("127.0.0.1:{}", free_port());
+        let mut args: Vec<String> = vec![
+            "meta".into(),
+            "--node-id".into(),
+            "1".into(),
+            "--listen-addr".into(),
+            meta_addr.clone(),
+            "--data-dir".into(),
+            dir.path().join("meta").display().to_string(),
+            "--bootstrap".into(),
+            "--node-timeout-ms".into(),
+            "2000".into(),
+            "--replication-factor".into(),
+            "3".into(),
+        ];
+        args.extend(meta_args.iter().map(|a| a.to_string()));
+        let meta = Proc::start("meta", &args, logs);
+        let storages: Vec<Proc> = (0..n)
+            .map(|i| {
+                Proc::start(
+                    &format!("storage-{}", i + 1),
+                    &[
+                        "storage".into(),
+                        "--listen-addr".into(),
+                        format!("127.0.0.1:{}", free_port()),
+                        "--data-dir".into(),
+                        dir.path()
+                            .join(format!("storage-{}", i + 1))
+                            .display()
+                            .to_string(),
+                        "--meta".into(),
+                        meta_addr.clone(),
+                        "--heartbeat-interval-ms".into(),
+                        "300".into(),
+                    ],
+                    logs,
+                )
+            })
+            .collect();
+        let http_addr = format!("127.0.0.1:{}", free_port());
+        let query = Proc::start(
+            "query",
+            &[
+                "query".into(),
+                "--http-addr".into(),
+                http_addr.clone(),
+                "--pg-addr".into(),
+                format!("127.0.0.1:{}", free_port()),
+                "--meta".into(),
+                meta_addr.clone(),
+            ],
+            logs,
+        );
+        let http = Http::new(&http_addr);
+        eventually("the query node healthy", Duration::from_secs(120), || async {
+            http.healthy().await.then_some(())
+        })
+        .await;
+        eventually("every storage node up", Duration::from_secs(120), || async {
+            let (s, b) = http
+                .sql(
+                    "public",
+                    "SELECT count(*) FROM system.nodes WHERE state = 'up'",
+                )
+                .await;
+            (s == 200 && b["rows"][0][0] == n).then_some(())
+        })
+        .await;
+        Cluster {
+            meta,
+            storages,
+            query,
+            http,
+            _dir: dir,
+        }
+    }
+
+    fn dump(&self) {
+        for p in std::iter::once(&self.meta)
+            .chain(self.storages.iter())
+            .chain(std::iter::once(&self.query))
+        {
+            eprintln!("--- {} ---\n{}", p.name, p.log_text());
+        }
+    }
+
+    /// The index in `storages` of the process serving node `id`.
+    async fn index_of(&self, id: u64) -> usize {
+        let addr = self
+            .http
+            .rows(
+                "public",
+                &format!("SELECT addr FROM system.nodes WHERE node_id = {id}"),
+            )
+            .await[0][0]
+            .as_str()
+            .unwrap()
+            .to_string();
+        self.storages
+            .iter()
+            .position(|p| p.args.contains(&addr))
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
+    let mut c = Cluster::start(3, &[]).await;
+    let http = c.http.clone();
+
+    // Phase 1: every node up. Every batch is acknowledged at once.
+    const BATCH: u64 = 40;
+    let mut next = 0u64;
+    for _ in 0..10 {
+        let (status, body) = http.write("public", batch(next, BATCH)).await;
+        assert_eq!(status, 204, "{body}");
+        next += BATCH;
+    }
+    let placed = http
+        .rows(
+            "public",
+            "SELECT count(DISTINCT partition_id), count(*), bool_and(in_sync), count(DISTINCT node_id) \
+             FROM system.partitions WHERE table_name = 'w'",
+        )
+        .await;
+    assert_eq!(placed[0][0].as_u64().unwrap(), 2, "two days, two partitions");
+    assert_eq!(placed[0][1].as_u64().unwrap(), 6, "three replicas each");
+    assert_eq!(placed[0][2], serde_json::json!(true));
+    assert_eq!(placed[0][3].as_u64().unwrap(), 3);
+    // Every replica holds every row.
+    let per_replica = http
+        .rows(
+            "public",
+            "SELECT partition_id, min(rows), max(rows), sum(rows) FROM system.partitions \
+             WHERE table_name = 'w' GROUP BY partition_id",
+        )
+        .await;
+    let mut total = 0;
+    for r in &per_replica {
+        assert_eq!(r[1], r[2], "the replicas of a partition agree: {per_replica:?}");
+        total += r[3].as_u64().unwrap();
+    }
+    assert_eq!(total, 3 * next, "each row on three replicas");
+
+    // A DELETE goes to every replica too; then the partitions are sealed
+    // (the primary has its backups seal their copies).
+    let deleted: Vec<u64> = (0..next).filter(|i| i % 4 == 1).collect();
+    let (status, body) = http.sql("public", "DELETE FROM w WHERE k = 'c1'").await;
+    assert_eq!(status, 200, "{body}");
+    let sealed = admin_seal(&http, "w").await;
+    assert!(sealed.iter().all(|o| o == "sealed"), "{sealed:?}");
+    assert_eq!(count_and_sum(&http).await, Some(model(next, &deleted)));
+
+    // Phase 2: kill the primary of the first partition with SIGKILL while
+    // writing. Writes to partitions it leads fail until meta promotes a
+    // backup; writes where it is a backup go on without it.
+    let victim_id = http
+        .rows(
+            "public",
+            "SELECT node_id FROM system.partitions WHERE table_name = 'w' AND role = 'primary' ORDER BY start LIMIT 1",
+        )
+        .await[0][0]
+        .as_u64()
+        .unwrap();
+    let vi = c.index_of(victim_id).await;
+    c.storages[vi].kill();
+    let mut unknown = 0;
+    for _ in 0..10 {
+        unknown += write_acked(&http, &batch(next, BATCH), Duration::from_secs(60)).await;
+        next += BATCH;
+    }
+    eprintln!("attempts with an unknown outcome while node {victim_id} was down: {unknown}");
+    assert_eq!(count_and_sum(&http).await, Some(model(next, &deleted)));
+    let out = http
+        .rows(
+            "public",
+            &format!(
+                "SELECT count(*) FROM system.partitions WHERE table_name = 'w' AND node_id = {victim_id} AND in_sync"
+            ),
+        )
+        .await;
+    assert_eq!(
+        out[0][0].as_u64().unwrap(),
+        0,
+        "the dead node left the in-sync set of every partition written meanwhile"
+    );
+    let primaries = http
+        .rows(
+            "public",
+            &format!(
+                "SELECT count(*) FROM system.partitions WHERE table_name = 'w' AND role = 'primary' AND node_id = {victim_id}"
+            ),
+        )
+        .await;
+    assert_eq!(primaries[0][0].as_u64().unwrap(), 0, "a backup was promoted");
+
+    // Phase 3: the node comes back and catches up before it is in sync.
+    c.storages[vi].restart();
+    let caught_up = tokio::time::timeout(Duration::from_secs(90), async {
+        loop {
+            let (s, b) = http
+                .sql(
+                    "public",
+                    "SELECT bool_and(in_sync), count(*) FROM system.partitions WHERE table_name = 'w'",
+                )
+                .await;
+            if s == 200 && b["rows"][0][0] == true && b["rows"][0][1] == 6 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await;
+    if caught_up.is_err() {
+        c.dump();
+        panic!("the restarted node did not return to the in-sync set");
+    }
+    for _ in 0..3 {
+        write_acked(&http, &batch(next, BATCH), Duration::from_secs(30)).await;
+        next += BATCH;
+    }
+
+    // Phase 4: kill the other two. The node that came back is now the only
+    // one; once it is promoted it answers with every acknowledged row.
+    for (i, s) in c.storages.iter_mut().enumerate() {
+        if i != vi {
+            s.kill();
+        }
+    }
+    let want = model(next, &deleted);
+    let answered = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if count_and_sum(&http).await == Some(want) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await;
+    if answered.is_err() {
+        c.dump();
+        panic!(
+            "the recovered node alone did not answer {want:?}: {:?}",
+            count_and_sum(&http).await
+        );
+    }
+    // And it takes writes alone (its in-sync set is just itself).
+    write_acked(&http, &batch(next, BATCH), Duration::from_secs(30)).await;
+    next += BATCH;
+    assert_eq!(count_and_sum(&http).await, Some(model(next, &deleted)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_gone_for_good_is_replaced_from_the_survivors() {
+    // Four nodes, three replicas per partition: each partition has a node
+    // to move to when one of its replicas is gone for good.
+    let mut c = Cluster::start(4, &["--replace-after-ms", "4000"]).await;
+    let http = c.http.clone();
+    let mut next = 0u64;
+    for _ in 0..6 {
+        let (status, body) = http.write("public", batch(next, 40)).await;
+        assert_eq!(status, 204, "{body}");
+        next += 40;
+    }
+    let sealed = admin_seal(&http, "w").await;
+    assert!(sealed.iter().all(|o| o == "sealed"), "{sealed:?}");
+    // A node that holds a replica of the first partition goes away.
+    let holders: Vec<u64> = http
+        .rows(
+            "public",
+            "SELECT node_id FROM system.partitions WHERE table_name = 'w' \
+             AND start = (SELECT min(start) FROM system.partitions WHERE table_name = 'w') ORDER BY role DESC",
+        )
+        .await
+        .iter()
+        .map(|r| r[0].as_u64().unwrap())
+        .collect();
+    assert_eq!(holders.len(), 3);
+    let gone = holders[0];
+    let gi = c.index_of(gone).await;
+    c.storages[gi].kill();
+    // Meta puts another node in its place, which copies the partition from
+    // the primary and joins the in-sync set.
+    let replaced = tokio::time::timeout(Duration::from_secs(90), async {
+        loop {
+            let (s, b) = http
+                .sql(
+                    "public",
+                    &format!(
+                        "SELECT count(*) FILTER (WHERE node_id = {gone}), bool_and(in_sync), count(*) \
+                         FROM system.partitions WHERE table_name = 'w'"
+                    ),
+                )
+                .await;
+            if s == 200 && b["rows"][0] == serde_json::json!([0, true, 6]) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await;
+    if replaced.is_err() {
+        c.dump();
+        panic!("the gone node's replicas were not re-created elsewhere");
+    }
+    // The first partition now lives on the two old holders and a new node.
+    // Kill the two old ones: the new copy alone answers every row.
+    let now: Vec<u64> = http
+        .rows(
+            "public",
+            "SELECT node_id FROM system.partitions WHERE table_name = 'w' \
+             AND start = (SELECT min(start) FROM system.partitions WHERE table_name = 'w')",
+        )
+        .await
+        .iter()
+        .map(|r| r[0].as_u64().unwrap())
+        .collect();
+    let newcomer = *now.iter().find(|n| !holders.contains(n)).unwrap();
+    for old in holders.iter().filter(|n| **n != gone) {
+        let i = c.index_of(*old).await;
+        c.storages[i].kill();
+    }
+    let first_day = base_ns();
+    let want = model(next, &[]);
+    let want_first: (u64, u64) = {
+        let rows = (0..next).filter(|i| i % 2 == 0);
+        (rows.clone().count() as u64, rows.sum())
+    };
+    let answered = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let (s, b) = http
+                .sql(
+                    "public",
+                    &format!(
+                        "SELECT count(*), sum(v) FROM w WHERE time < to_timestamp_nanos({})",
+                        first_day + 86_400_000_000_000
+                    ),
+                )
+                .await;
+            if s == 200
+                && b["rows"][0][0].as_u64() == Some(want_first.0)
+                && b["rows"][0][1].as_u64() == Some(want_first.1)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await;
+    if answered.is_err() {
+        c.dump();
+        panic!("node {newcomer} alone did not answer the first day ({want_first:?}); all: {want:?}");
+    }
+}

@@ -1,0 +1,648 @@
+//! Primary–backup replication of partitions, with epochs kept in meta.
+//!
+//! Meta names each partition's replicas (the first is the primary), the
+//! in-sync subset and an epoch that every change of either bumps. Writes and
+//! deletes go to the primary. It takes the partition's lock (so the writes of
+//! one partition reach every replica in the same order), applies the write
+//! locally and forwards it to every other in-sync replica, in parallel. It
+//! acknowledges only when each in-sync replica has the write durably; a
+//! replica that fails is first taken out of the in-sync set in meta (a
+//! compare-and-set on the epoch), so the set never names a replica that
+//! lacks an acknowledged write. When that change loses its race, the write
+//! fails with `Unavailable` and the client retries (rows are unique by
+//! series and time, so a retry does not duplicate anything).
+//!
+//! A backup refuses a forwarded write whose epoch is older than the one it
+//! knows: a primary that meta has replaced cannot get an acknowledgement.
+//!
+//! A replica outside the in-sync set asks the primary to resync it: under
+//! the partition's lock the primary streams the partition's rows (sealed,
+//! late and open, deletes applied) to it, the replica replaces its copy with
+//! them, and the primary records it as in sync before writes resume.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::ipc::writer::StreamWriter;
+use arrow::record_batch::RecordBatch;
+use sealion_common::proto::meta_command::Cmd;
+use sealion_common::proto::storage_client::StorageClient;
+use sealion_common::proto::{
+    ClusterState, Column, DeleteRequest, InstallRequest, Partition, ReplicaChange, ResyncRequest,
+    ScanRequest, UpdateReplicas, WriteRequest,
+};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::service::NodeContext;
+use crate::{Error, Result};
+
+/// Longest a forwarded write or delete may take before the backup counts as
+/// failed (and leaves the in-sync set).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Rows per `Install` message of a resync.
+const INSTALL_CHUNK_ROWS: usize = 32_768;
+/// Longest one `Install` message may take.
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest gRPC message between storage nodes.
+const MAX_MESSAGE_BYTES: usize = crate::service::MAX_WRITE_BYTES + (1 << 20);
+
+/// gRPC channels to the other storage nodes, one per address.
+#[derive(Default)]
+pub struct Peers {
+    channels: std::sync::Mutex<HashMap<String, Channel>>,
+}
+
+impl Peers {
+    pub fn client(&self, addr: &str) -> Result<StorageClient<Channel>> {
+        let channel = {
+            let mut map = self
+                .channels
+                .lock()
+                .map_err(|_| Error::Internal("peer channel map poisoned".into()))?;
+            match map.get(addr) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = Endpoint::from_shared(format!("http://{addr}"))
+                        .map_err(|e| Error::Internal(format!("bad storage address {addr}: {e}")))?
+                        .connect_timeout(Duration::from_secs(2))
+                        .tcp_nodelay(true)
+                        .connect_lazy();
+                    map.insert(addr.to_string(), c.clone());
+                    c
+                }
+            }
+        };
+        Ok(StorageClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+}
+
+/// One async mutex per partition, held by the primary from a write's local
+/// apply until every backup has answered, and for the whole of a resync.
+///
+/// Also the lowest epoch this node may act on per partition: after it
+/// changed a partition's replicas itself, a local view of meta older than
+/// that change must not route a write (it could leave out a replica that
+/// just became in sync).
+#[derive(Default)]
+pub struct PartitionLocks {
+    map: std::sync::Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    floors: std::sync::Mutex<HashMap<u64, u64>>,
+}
+
+impl PartitionLocks {
+    fn raise_floor(&self, changed: &[Partition]) {
+        if let Ok(mut f) = self.floors.lock() {
+            for p in changed {
+                let e = f.entry(p.id).or_default();
+                *e = (*e).max(p.epoch);
+            }
+        }
+    }
+
+    fn floor(&self, pid: u64) -> u64 {
+        self.floors
+            .lock()
+            .ok()
+            .and_then(|f| f.get(&pid).copied())
+            .unwrap_or(0)
+    }
+
+    /// Locks every partition of `ids`, in id order (so two requests never
+    /// wait on each other crosswise).
+    pub async fn lock_all(&self, ids: &[u64]) -> Result<Vec<tokio::sync::OwnedMutexGuard<()>>> {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let locks: Vec<Arc<tokio::sync::Mutex<()>>> = {
+            let mut map = self
+                .map
+                .lock()
+                .map_err(|_| Error::Internal("partition lock map poisoned".into()))?;
+            ids.iter()
+                .map(|id| map.entry(*id).or_default().clone())
+                .collect()
+        };
+        let mut guards = Vec::with_capacity(locks.len());
+        for l in locks {
+            guards.push(l.lock_owned().await);
+        }
+        Ok(guards)
+    }
+}
+
+fn partition(state: &ClusterState, pid: u64) -> Option<&Partition> {
+    state.partitions.iter().find(|p| p.id == pid)
+}
+
+/// The state in which this node is the primary of every partition of
+/// `ids`: the local copy when it says so, else meta's latest.
+async fn primary_view(ctx: &NodeContext, ids: &[u64]) -> Result<Arc<ClusterState>> {
+    let me = ctx.node_id();
+    let leads = |s: &ClusterState| -> Option<u64> {
+        ids.iter()
+            .copied()
+            .find(|pid| partition(s, *pid).and_then(|p| p.replicas.first()) != Some(&me))
+    };
+    let state = ctx.meta.state();
+    let current = ids.iter().all(|pid| {
+        partition(&state, *pid).is_some_and(|p| p.epoch >= ctx.locks.floor(*pid))
+    });
+    if current && leads(&state).is_none() {
+        return Ok(state);
+    }
+    let fresh = Arc::new(ctx.meta.get_state(true).await?.state.unwrap_or_default());
+    match leads(&fresh) {
+        None => Ok(fresh),
+        Some(partition_id) => Err(if partition(&fresh, partition_id).is_some_and(|p| p.replicas.contains(&me)) {
+            Error::NotPrimary {
+                partition_id,
+                node_id: me,
+            }
+        } else {
+            Error::NotHeld {
+                partition_id,
+                node_id: me,
+            }
+        }),
+    }
+}
+
+/// Checks a forwarded request: this node is a replica of each partition at
+/// exactly the epoch the primary sent. An older epoch is refused (the
+/// sender was replaced); a newer one makes this node catch up with meta.
+pub async fn check_backup(ctx: &NodeContext, epochs: &[(u64, u64)]) -> Result<()> {
+    let me = ctx.node_id();
+    let check = |s: &ClusterState| -> Result<()> {
+        for &(pid, epoch) in epochs {
+            let Some(p) = partition(s, pid) else {
+                return Err(Error::NotHeld {
+                    partition_id: pid,
+                    node_id: me,
+                });
+            };
+            if !p.replicas.contains(&me) {
+                return Err(Error::NotHeld {
+                    partition_id: pid,
+                    node_id: me,
+                });
+            }
+            if p.epoch != epoch {
+                return Err(Error::StaleEpoch {
+                    partition_id: pid,
+                    request: epoch,
+                    known: p.epoch,
+                });
+            }
+        }
+        Ok(())
+    };
+    let state = ctx.meta.state();
+    match check(&state) {
+        Ok(()) => return Ok(()),
+        // This node is ahead of the sender: refuse without asking meta.
+        Err(Error::StaleEpoch { request, known, .. }) if request < known => {
+            return check(&state);
+        }
+        Err(_) => {}
+    }
+    let fresh = ctx.meta.get_state(true).await?.state.unwrap_or_default();
+    check(&fresh)
+}
+
+/// What a primary forwards: the request with `replicated` set, per backup,
+/// holding only the partitions that backup is in sync for.
+fn forwards<T>(
+    state: &ClusterState,
+    me: u64,
+    ids: &[u64],
+    mut make: impl FnMut(&[(u64, u64)]) -> T,
+) -> Vec<(u64, T)> {
+    let mut by_node: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+    for pid in ids {
+        if let Some(p) = partition(state, *pid) {
+            for n in p.in_sync.iter().filter(|n| **n != me) {
+                by_node.entry(*n).or_default().push((p.id, p.epoch));
+            }
+        }
+    }
+    by_node
+        .into_iter()
+        .map(|(node, parts)| (node, make(&parts)))
+        .collect()
+}
+
+/// How a forward ended.
+enum Forwarded {
+    Ok,
+    /// The backup knows a newer epoch: the primary's view is old.
+    Stale,
+    Failed(String),
+}
+
+fn forward_outcome<T>(r: std::result::Result<tonic::Response<T>, tonic::Status>) -> Forwarded {
+    match r {
+        Ok(_) => Forwarded::Ok,
+        Err(s) if s.code() == tonic::Code::Aborted => Forwarded::Stale,
+        Err(s) => Forwarded::Failed(format!("{:?}: {}", s.code(), s.message())),
+    }
+}
+
+/// Takes `failed` nodes out of the in-sync sets of the partitions of `ids`
+/// (as they are in `state`), so that an acknowledgement without them keeps
+/// the promise that every in-sync replica holds it.
+async fn shrink_in_sync(
+    ctx: &NodeContext,
+    state: &ClusterState,
+    ids: &[u64],
+    failed: &BTreeMap<u64, String>,
+) -> Result<()> {
+    let mut changes = Vec::new();
+    for pid in ids {
+        let Some(p) = partition(state, *pid) else {
+            continue;
+        };
+        if !p.in_sync.iter().any(|n| failed.contains_key(n)) {
+            continue;
+        }
+        let in_sync: Vec<u64> = p
+            .in_sync
+            .iter()
+            .copied()
+            .filter(|n| !failed.contains_key(n))
+            .collect();
+        changes.push(ReplicaChange {
+            partition_id: p.id,
+            expected_epoch: p.epoch,
+            replicas: p.replicas.clone(),
+            in_sync,
+            reason: format!("a write failed on {failed:?}"),
+        });
+    }
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let wanted = changes.len();
+    for (node, why) in failed {
+        tracing::warn!(node, reason = %why, "backup failed a write; taking it out of the in-sync set");
+    }
+    let reply = ctx
+        .meta
+        .propose(Cmd::UpdateReplicas(UpdateReplicas { changes }))
+        .await
+        .map_err(|e| Error::Unavailable(format!("could not record a failed backup in meta: {e}")))?;
+    ctx.locks.raise_floor(&reply.partitions);
+    if reply.partitions.len() != wanted {
+        return Err(Error::Unavailable(format!(
+            "a backup failed ({failed:?}) and the replica set changed meanwhile; retry the write"
+        )));
+    }
+    Ok(())
+}
+
+/// Sends `make(parts)` to each in-sync backup of `ids` with `send`, and
+/// deals with the answers: a backup that failed leaves the in-sync set; a
+/// backup that knows a newer epoch makes the primary look again (it may no
+/// longer be the primary, or the set may have changed), up to a few times.
+async fn replicate<T, Fut>(
+    ctx: &NodeContext,
+    mut state: Arc<ClusterState>,
+    ids: &[u64],
+    mut make: impl FnMut(&[(u64, u64)]) -> T,
+    send: impl Fn(StorageClient<Channel>, T) -> Fut,
+) -> Result<()>
+where
+    Fut: std::future::Future<Output = Forwarded>,
+{
+    let me = ctx.node_id();
+    for _attempt in 0..3 {
+        let mut calls = Vec::new();
+        let mut failed: BTreeMap<u64, String> = BTreeMap::new();
+        for (node, req) in forwards(&state, me, ids, &mut make) {
+            match sealion_common::catalog::node(&state, node)
+                .map(|n| n.addr.clone())
+                .ok_or_else(|| Error::Internal(format!("storage node {node} is unknown")))
+                .and_then(|addr| ctx.peers.client(&addr))
+            {
+                Ok(client) => {
+                    let fut = send(client, req);
+                    calls.push(async move { (node, fut.await) });
+                }
+                Err(e) => {
+                    failed.insert(node, e.to_string());
+                }
+            }
+        }
+        let mut stale = false;
+        for (node, outcome) in futures::future::join_all(calls).await {
+            match outcome {
+                Forwarded::Ok => {}
+                Forwarded::Stale => stale = true,
+                Forwarded::Failed(why) => {
+                    failed.insert(node, why);
+                }
+            }
+        }
+        if stale {
+            // Forwarding again is harmless: a write or delete applied twice
+            // leaves the same rows.
+            state = primary_view_fresh(ctx, ids).await?;
+            continue;
+        }
+        return shrink_in_sync(ctx, &state, ids, &failed).await;
+    }
+    Err(Error::Unavailable(
+        "the replica set kept changing during the write; retry it".into(),
+    ))
+}
+
+async fn primary_view_fresh(ctx: &NodeContext, ids: &[u64]) -> Result<Arc<ClusterState>> {
+    let me = ctx.node_id();
+    let fresh = Arc::new(ctx.meta.get_state(true).await?.state.unwrap_or_default());
+    for pid in ids {
+        if partition(&fresh, *pid).and_then(|p| p.replicas.first()) != Some(&me) {
+            return Err(Error::NotPrimary {
+                partition_id: *pid,
+                node_id: me,
+            });
+        }
+    }
+    Ok(fresh)
+}
+
+/// A write from a router: apply it here and on every in-sync backup.
+pub async fn primary_write(ctx: &Arc<NodeContext>, req: WriteRequest) -> Result<u64> {
+    let ids: Vec<u64> = req.partitions.iter().map(|p| p.partition_id).collect();
+    let _locks = ctx.locks.lock_all(&ids).await?;
+    let state = primary_view(ctx, &ids).await?;
+    let local = crate::service::apply_write(ctx, &req, true);
+    let forwarded = replicate(
+        ctx,
+        state,
+        &ids,
+        |parts| {
+            let epochs: HashMap<u64, u64> = parts.iter().copied().collect();
+            WriteRequest {
+                table_id: req.table_id,
+                columns: req.columns.clone(),
+                partitions: req
+                    .partitions
+                    .iter()
+                    .filter_map(|p| {
+                        epochs.get(&p.partition_id).map(|e| {
+                            let mut p = p.clone();
+                            p.epoch = *e;
+                            p
+                        })
+                    })
+                    .collect(),
+                replicated: true,
+            }
+        },
+        |mut client, r| async move {
+            let mut r = tonic::Request::new(r);
+            r.set_timeout(FORWARD_TIMEOUT);
+            forward_outcome(client.write(r).await)
+        },
+    );
+    let (rows, forwarded) = futures::join!(local, forwarded);
+    let rows = rows?;
+    forwarded?;
+    Ok(rows)
+}
+
+/// A delete from a router: apply it here and on every in-sync backup.
+pub async fn primary_delete(ctx: &Arc<NodeContext>, req: DeleteRequest) -> Result<u64> {
+    let ids = req.partition_ids.clone();
+    let _locks = ctx.locks.lock_all(&ids).await?;
+    let state = primary_view(ctx, &ids).await?;
+    let local = crate::service::apply_delete(ctx, &req);
+    let forwarded = replicate(
+        ctx,
+        state,
+        &ids,
+        |parts| DeleteRequest {
+            table_id: req.table_id,
+            partition_ids: parts.iter().map(|(p, _)| *p).collect(),
+            predicate: req.predicate.clone(),
+            replicated: true,
+            epochs: parts.iter().map(|(_, e)| *e).collect(),
+        },
+        |mut client, r| async move {
+            let mut r = tonic::Request::new(r);
+            r.set_timeout(FORWARD_TIMEOUT);
+            forward_outcome(client.delete(r).await)
+        },
+    );
+    let (deleted, forwarded) = futures::join!(local, forwarded);
+    let deleted = deleted?;
+    forwarded?;
+    Ok(deleted)
+}
+
+fn encode_ipc(batches: &[RecordBatch]) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    if let Some(first) = batches.first() {
+        let mut w = StreamWriter::try_new(&mut buf, &first.schema())?;
+        for b in batches {
+            w.write(b)?;
+        }
+        w.finish()?;
+    }
+    Ok(buf)
+}
+
+/// On the primary: copies partition `pid` to replica `node`, which is not in
+/// sync, and records it as in sync. Writes to the partition wait until the
+/// copy is installed and meta has the new in-sync set.
+pub async fn resync(ctx: &Arc<NodeContext>, pid: u64, node: u64) -> Result<u64> {
+    let me = ctx.node_id();
+    let _lock = ctx.locks.lock_all(&[pid]).await?;
+    let state = primary_view_fresh(ctx, &[pid]).await?;
+    let p = partition(&state, pid)
+        .cloned()
+        .ok_or_else(|| Error::Invalid(format!("partition {pid} is not in the partition map")))?;
+    if !p.replicas.contains(&node) {
+        return Err(Error::Invalid(format!(
+            "storage node {node} is not a replica of partition {pid}"
+        )));
+    }
+    if p.in_sync.contains(&node) {
+        return Ok(0);
+    }
+    let table = sealion_common::catalog::table_by_id(&state, p.table_id)
+        .ok_or_else(|| Error::Invalid(format!("table of partition {pid} is not in the catalog")))?;
+    let columns: Vec<Column> = table.columns.clone();
+    let addr = sealion_common::catalog::node(&state, node)
+        .map(|n| n.addr.clone())
+        .ok_or_else(|| Error::Invalid(format!("storage node {node} is unknown")))?;
+    let mut client = ctx.peers.client(&addr)?;
+
+    // Read the partition as a scan would (deletes applied, late rows
+    // merged), in chunks, while the chunks before go out.
+    let scan = ScanRequest {
+        table_id: p.table_id,
+        partition_ids: vec![pid],
+        start_ns: i64::MIN,
+        end_ns: i64::MAX,
+        projection: columns.clone(),
+        table_columns: columns.clone(),
+        ..Default::default()
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<RecordBatch>>(2);
+    let engine = ctx.engine.clone();
+    let reader = tokio::task::spawn_blocking(move || -> Result<()> {
+        let mut chunk: Vec<RecordBatch> = Vec::new();
+        let mut rows = 0;
+        engine.scan(&scan, |batch| {
+            rows += batch.num_rows();
+            chunk.push(batch);
+            if rows >= INSTALL_CHUNK_ROWS {
+                rows = 0;
+                return tx.blocking_send(std::mem::take(&mut chunk)).is_ok();
+            }
+            true
+        })?;
+        if !chunk.is_empty() {
+            let _ = tx.blocking_send(chunk);
+        }
+        Ok(())
+    });
+    let mut copied = 0u64;
+    let mut first = true;
+    loop {
+        let batches = match rx.recv().await {
+            Some(b) => b,
+            // An empty partition still makes the replica drop what it had.
+            None if first => Vec::new(),
+            None => break,
+        };
+        copied += batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+        let mut r = tonic::Request::new(InstallRequest {
+            table_id: p.table_id,
+            partition_id: pid,
+            columns: columns.clone(),
+            reset: first,
+            arrow_ipc: encode_ipc(&batches)?,
+            epoch: p.epoch,
+        });
+        r.set_timeout(INSTALL_TIMEOUT);
+        client.install(r).await.map_err(|s| {
+            Error::Unavailable(format!(
+                "installing partition {pid} on node {node}: {}",
+                s.message()
+            ))
+        })?;
+        first = false;
+    }
+    reader
+        .await
+        .map_err(|e| Error::Internal(format!("resync read task failed: {e}")))??;
+    drop(client);
+    let in_sync: Vec<u64> = p
+        .replicas
+        .iter()
+        .copied()
+        .filter(|n| *n == node || p.in_sync.contains(n))
+        .collect();
+    let reply = ctx
+        .meta
+        .propose(Cmd::UpdateReplicas(UpdateReplicas {
+            changes: vec![ReplicaChange {
+                partition_id: pid,
+                expected_epoch: p.epoch,
+                replicas: p.replicas.clone(),
+                in_sync,
+                reason: format!("node {node} caught up from {me}"),
+            }],
+        }))
+        .await?;
+    ctx.locks.raise_floor(&reply.partitions);
+    if reply.partitions.is_empty() {
+        return Err(Error::Unavailable(format!(
+            "partition {pid} changed while node {node} caught up; it will try again"
+        )));
+    }
+    tracing::info!(partition_id = pid, node, rows = copied, "replica caught up and is in sync");
+    Ok(copied)
+}
+
+/// On a replica that is not in sync: replaces its copy of the partition with
+/// the rows the primary sends. Refused on an in-sync replica, whose copy is
+/// authoritative, and for an epoch other than the current one.
+pub async fn install(ctx: &Arc<NodeContext>, req: InstallRequest) -> Result<()> {
+    let me = ctx.node_id();
+    let pid = req.partition_id;
+    check_backup(ctx, &[(pid, req.epoch)]).await?;
+    // Meta's own view: the local one may still show this node in sync from
+    // before it went away.
+    let state = ctx.meta.get_state(true).await?.state.unwrap_or_default();
+    if partition(&state, pid).is_some_and(|p| p.in_sync.contains(&me)) {
+        return Err(Error::Invalid(format!(
+            "node {me} is in sync for partition {pid}; its copy is not replaced"
+        )));
+    }
+    let batches = crate::service::decode_ipc(&req.arrow_ipc)?;
+    let engine = ctx.engine.clone();
+    let columns = req.columns;
+    let reset = req.reset;
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        if reset {
+            engine.drop_partitions(&[pid])?;
+        }
+        if !batches.is_empty() {
+            engine.write(&columns, &[(pid, batches)])?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("install task failed: {e}")))??;
+    if reset {
+        ctx.forget_published(pid);
+    }
+    Ok(())
+}
+
+/// Asks the primary of every partition this node holds out of sync to
+/// resync it, one partition at a time.
+pub async fn catch_up_once(ctx: &Arc<NodeContext>) -> Result<usize> {
+    let me = ctx.node_id();
+    let state = ctx.meta.state();
+    let lagging: Vec<(u64, u64)> = state
+        .partitions
+        .iter()
+        .filter(|p| p.replicas.contains(&me) && !p.in_sync.contains(&me))
+        .filter_map(|p| p.replicas.first().map(|primary| (p.id, *primary)))
+        .collect();
+    let mut done = 0;
+    for (pid, primary) in lagging {
+        let Some(addr) = sealion_common::catalog::node(&state, primary).map(|n| n.addr.clone())
+        else {
+            continue;
+        };
+        let mut client = ctx.peers.client(&addr)?;
+        match client
+            .resync(ResyncRequest {
+                partition_id: pid,
+                node_id: me,
+            })
+            .await
+        {
+            Ok(r) => {
+                done += 1;
+                tracing::info!(
+                    partition_id = pid,
+                    primary,
+                    rows = r.into_inner().rows_copied,
+                    "caught up"
+                );
+            }
+            Err(s) => {
+                tracing::info!(partition_id = pid, primary, error = %s.message(), "catch-up failed; will retry");
+            }
+        }
+    }
+    Ok(done)
+}
