@@ -53,8 +53,11 @@ for q in "$q1" "$q2"; do
   got=$(sql "$q" "SELECT host, count(*), sum(usage) FROM cpu GROUP BY host ORDER BY host" | grep -o '"rows":.*' | sed 's/^"rows"://; s/}$//')
   [ "$got" = "$want" ] || { echo "$q answered $got, want $want" >&2; exit 1; }
 done
-parts=$(sql "$q1" "SELECT count(*) FROM system.partitions WHERE table_name = 'cpu'" | grep -o '"rows":\[\[[0-9]*' | grep -o '[0-9]*$')
+parts=$(sql "$q1" "SELECT count(DISTINCT partition_id) FROM system.partitions WHERE table_name = 'cpu'" | grep -o '"rows":\[\[[0-9]*' | grep -o '[0-9]*$')
 [ "$parts" = 3 ] || { echo "expected 3 partitions, got $parts" >&2; exit 1; }
+# Three replicas each by default, every one in sync.
+replicas=$(sql "$q1" "SELECT count(*) FROM system.partitions WHERE table_name = 'cpu' AND in_sync" | grep -o '"rows":\[\[[0-9]*' | grep -o '[0-9]*$')
+[ "$replicas" = 9 ] || { echo "expected 9 in-sync replicas, got $replicas" >&2; exit 1; }
 if command -v psql >/dev/null; then
   for p in "$SEALION_PG_PORT_1" "$SEALION_PG_PORT_2"; do
     n=$(psql -h 127.0.0.1 -p "$p" -U sealion -d public -At -c "SELECT count(*) FROM cpu")

@@ -501,7 +501,11 @@ fn update_replicas(state: &mut ClusterState, c: &UpdateReplicas) -> Outcome {
     let mut changed = Vec::new();
     let mut stale = Vec::new();
     for ch in &c.changes {
-        let Some(p) = state.partitions.iter_mut().find(|p| p.id == ch.partition_id) else {
+        let Some(p) = state
+            .partitions
+            .iter_mut()
+            .find(|p| p.id == ch.partition_id)
+        else {
             stale.push(format!("partition {} does not exist", ch.partition_id));
             continue;
         };
@@ -513,7 +517,12 @@ fn update_replicas(state: &mut ClusterState, c: &UpdateReplicas) -> Outcome {
             continue;
         }
         p.replicas = ch.replicas.clone();
-        let mut in_sync: Vec<u64> = ch.replicas.iter().copied().filter(|id| ch.in_sync.contains(id)).collect();
+        let mut in_sync: Vec<u64> = ch
+            .replicas
+            .iter()
+            .copied()
+            .filter(|id| ch.in_sync.contains(id))
+            .collect();
         in_sync.dedup();
         p.in_sync = in_sync;
         p.epoch += 1;
@@ -1266,7 +1275,11 @@ mod tests {
         }
         let r = ensure(&mut s, t.id, vec![0], vec![1, 2, 3]);
         let p = r.partitions[0].clone();
-        assert_eq!(p.in_sync, vec![1, 2, 3], "a new partition is in sync everywhere");
+        assert_eq!(
+            p.in_sync,
+            vec![1, 2, 3],
+            "a new partition is in sync everywhere"
+        );
         let change = |epoch: u64, replicas: Vec<u64>, in_sync: Vec<u64>| {
             Cmd::UpdateReplicas(UpdateReplicas {
                 changes: vec![ReplicaChange {
@@ -1282,7 +1295,11 @@ mod tests {
         let ok = run(&mut s, change(1, vec![2, 1, 3], vec![3, 2]));
         assert_eq!(ok.error, "");
         assert_eq!(ok.partitions[0].replicas, vec![2, 1, 3]);
-        assert_eq!(ok.partitions[0].in_sync, vec![2, 3], "kept in replica order");
+        assert_eq!(
+            ok.partitions[0].in_sync,
+            vec![2, 3],
+            "kept in replica order"
+        );
         assert_eq!(ok.partitions[0].epoch, 2);
         // A change made against the old epoch loses.
         let late = run(&mut s, change(1, vec![1, 2, 3], vec![1, 2, 3]));
@@ -1290,11 +1307,11 @@ mod tests {
         assert_eq!(s.partitions[0].epoch, 2);
         // Malformed changes are refused whatever the epoch.
         for (replicas, in_sync) in [
-            (vec![2, 1, 3], vec![1, 3]),   // primary not in sync
-            (vec![2, 2, 3], vec![2]),      // a node twice
-            (vec![2, 9], vec![2]),         // unknown node
-            (vec![2, 1], vec![2, 3]),      // in sync but not a replica
-            (vec![], vec![]),              // no primary
+            (vec![2, 1, 3], vec![1, 3]), // primary not in sync
+            (vec![2, 2, 3], vec![2]),    // a node twice
+            (vec![2, 9], vec![2]),       // unknown node
+            (vec![2, 1], vec![2, 3]),    // in sync but not a replica
+            (vec![], vec![]),            // no primary
         ] {
             let bad = run(&mut s, change(2, replicas.clone(), in_sync.clone()));
             assert_eq!(bad.error_kind, kind::INVALID, "{replicas:?} {in_sync:?}");

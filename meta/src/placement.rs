@@ -244,7 +244,9 @@ pub fn replacement_changes(
                 .nodes
                 .iter()
                 .map(|n| n.id)
-                .filter(|id| is_up(*id) && !p.replicas.contains(id) && !changed.iter().any(|(_, n)| n == id))
+                .filter(|id| {
+                    is_up(*id) && !p.replicas.contains(id) && !changed.iter().any(|(_, n)| n == id)
+                })
                 .min_by_key(|id| (load.get(id).copied().unwrap_or(0), *id));
             let Some(new) = candidate else { continue };
             *slot = new;
@@ -344,7 +346,11 @@ mod tests {
         place(&s, &mut cmd, |_| true, 3).unwrap();
         let primaries: Vec<u64> = cmd.placements.iter().map(|p| p.replicas[0]).collect();
         for id in [1, 2, 3] {
-            assert_eq!(primaries.iter().filter(|p| **p == id).count(), 2, "{primaries:?}");
+            assert_eq!(
+                primaries.iter().filter(|p| **p == id).count(),
+                2,
+                "{primaries:?}"
+            );
         }
         for p in &cmd.placements {
             let mut r = p.replicas.clone();
@@ -397,7 +403,14 @@ mod tests {
         let changes = failover_changes(&s, |id| id != 1);
         let got: Vec<(u64, u64, Vec<u64>, Vec<u64>)> = changes
             .iter()
-            .map(|c| (c.partition_id, c.expected_epoch, c.replicas.clone(), c.in_sync.clone()))
+            .map(|c| {
+                (
+                    c.partition_id,
+                    c.expected_epoch,
+                    c.replicas.clone(),
+                    c.in_sync.clone(),
+                )
+            })
             .collect();
         assert_eq!(
             got,
@@ -427,7 +440,10 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            vec![(1, vec![2, 5, 3], vec![2, 3]), (2, vec![2, 4, 3], vec![2, 4])]
+            vec![
+                (1, vec![2, 5, 3], vec![2, 3]),
+                (2, vec![2, 4, 3], vec![2, 4])
+            ]
         );
     }
 

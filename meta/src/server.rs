@@ -325,7 +325,11 @@ async fn retention_loop(shared: Arc<Shared>, interval: Duration, mut stop: watch
 /// `replace_after` is not zero, re-creates the replicas of nodes silent that
 /// long on other nodes. Every change is a compare-and-set on the epoch, so a
 /// primary's own change racing this one makes one of them lose cleanly.
-async fn failover_loop(shared: Arc<Shared>, replace_after: Duration, mut stop: watch::Receiver<bool>) {
+async fn failover_loop(
+    shared: Arc<Shared>,
+    replace_after: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut ticker = tokio::time::interval(FAILOVER_TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -28,6 +28,23 @@ async fn leader_of(meta_addrs: &[String]) -> Option<u64> {
     None
 }
 
+/// Whether the meta leader counts all three replicas as voters (a replica
+/// joins as a learner first; killing one before the others are voters
+/// would leave no quorum).
+async fn three_voters(meta_addrs: &[String]) -> Option<()> {
+    for a in meta_addrs {
+        if let Ok(mut c) = MetaClient::connect(format!("http://{a}")).await
+            && let Ok(r) = c.cluster_info(MetaClusterRequest {}).await
+        {
+            let r = r.into_inner();
+            if r.leader_id != 0 && r.node_id == r.leader_id {
+                return (r.members.iter().filter(|m| m.voter).count() == 3).then_some(());
+            }
+        }
+    }
+    None
+}
+
 async fn wait_healthy(http: &Http, procs: &[&Proc]) {
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while !http.healthy().await {
@@ -254,6 +271,10 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
     check_per_host(&http, &pg_addr, &data).await;
 
     // Kill a meta follower, keep working, bring it back.
+    eventually("three meta voters", Duration::from_secs(60), || {
+        three_voters(&meta_addrs)
+    })
+    .await;
     let leader = eventually("a meta leader", Duration::from_secs(30), || {
         leader_of(&meta_addrs)
     })

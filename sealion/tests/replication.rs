@@ -60,9 +60,7 @@ async fn write_acked(http: &Http, body: &str, within: Duration) -> usize {
 
 /// (rows, sum of v) of table `w`, as the cluster answers now.
 async fn count_and_sum(http: &Http) -> Option<(u64, u64)> {
-    let (s, b) = http
-        .sql("public", "SELECT count(*), sum(v) FROM w")
-        .await;
+    let (s, b) = http.sql("public", "SELECT count(*), sum(v) FROM w").await;
     if s != 200 {
         return None;
     }
@@ -143,19 +141,25 @@ impl Cluster {
             logs,
         );
         let http = Http::new(&http_addr);
-        eventually("the query node healthy", Duration::from_secs(120), || async {
-            http.healthy().await.then_some(())
-        })
+        eventually(
+            "the query node healthy",
+            Duration::from_secs(120),
+            || async { http.healthy().await.then_some(()) },
+        )
         .await;
-        eventually("every storage node up", Duration::from_secs(120), || async {
-            let (s, b) = http
-                .sql(
-                    "public",
-                    "SELECT count(*) FROM system.nodes WHERE state = 'up'",
-                )
-                .await;
-            (s == 200 && b["rows"][0][0] == n).then_some(())
-        })
+        eventually(
+            "every storage node up",
+            Duration::from_secs(120),
+            || async {
+                let (s, b) = http
+                    .sql(
+                        "public",
+                        "SELECT count(*) FROM system.nodes WHERE state = 'up'",
+                    )
+                    .await;
+                (s == 200 && b["rows"][0][0] == n).then_some(())
+            },
+        )
         .await;
         Cluster {
             meta,
@@ -214,7 +218,11 @@ async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
              FROM system.partitions WHERE table_name = 'w'",
         )
         .await;
-    assert_eq!(placed[0][0].as_u64().unwrap(), 2, "two days, two partitions");
+    assert_eq!(
+        placed[0][0].as_u64().unwrap(),
+        2,
+        "two days, two partitions"
+    );
     assert_eq!(placed[0][1].as_u64().unwrap(), 6, "three replicas each");
     assert_eq!(placed[0][2], serde_json::json!(true));
     assert_eq!(placed[0][3].as_u64().unwrap(), 3);
@@ -228,7 +236,10 @@ async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
         .await;
     let mut total = 0;
     for r in &per_replica {
-        assert_eq!(r[1], r[2], "the replicas of a partition agree: {per_replica:?}");
+        assert_eq!(
+            r[1], r[2],
+            "the replicas of a partition agree: {per_replica:?}"
+        );
         total += r[3].as_u64().unwrap();
     }
     assert_eq!(total, 3 * next, "each row on three replicas");
@@ -283,7 +294,11 @@ async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
             ),
         )
         .await;
-    assert_eq!(primaries[0][0].as_u64().unwrap(), 0, "a backup was promoted");
+    assert_eq!(
+        primaries[0][0].as_u64().unwrap(),
+        0,
+        "a backup was promoted"
+    );
 
     // Phase 3: the node comes back and catches up before it is in sync.
     c.storages[vi].restart();
@@ -440,6 +455,8 @@ async fn a_node_gone_for_good_is_replaced_from_the_survivors() {
     .await;
     if answered.is_err() {
         c.dump();
-        panic!("node {newcomer} alone did not answer the first day ({want_first:?}); all: {want:?}");
+        panic!(
+            "node {newcomer} alone did not answer the first day ({want_first:?}); all: {want:?}"
+        );
     }
 }

@@ -147,26 +147,28 @@ async fn primary_view(ctx: &NodeContext, ids: &[u64]) -> Result<Arc<ClusterState
             .find(|pid| partition(s, *pid).and_then(|p| p.replicas.first()) != Some(&me))
     };
     let state = ctx.meta.state();
-    let current = ids.iter().all(|pid| {
-        partition(&state, *pid).is_some_and(|p| p.epoch >= ctx.locks.floor(*pid))
-    });
+    let current = ids
+        .iter()
+        .all(|pid| partition(&state, *pid).is_some_and(|p| p.epoch >= ctx.locks.floor(*pid)));
     if current && leads(&state).is_none() {
         return Ok(state);
     }
     let fresh = Arc::new(ctx.meta.get_state(true).await?.state.unwrap_or_default());
     match leads(&fresh) {
         None => Ok(fresh),
-        Some(partition_id) => Err(if partition(&fresh, partition_id).is_some_and(|p| p.replicas.contains(&me)) {
-            Error::NotPrimary {
-                partition_id,
-                node_id: me,
-            }
-        } else {
-            Error::NotHeld {
-                partition_id,
-                node_id: me,
-            }
-        }),
+        Some(partition_id) => Err(
+            if partition(&fresh, partition_id).is_some_and(|p| p.replicas.contains(&me)) {
+                Error::NotPrimary {
+                    partition_id,
+                    node_id: me,
+                }
+            } else {
+                Error::NotHeld {
+                    partition_id,
+                    node_id: me,
+                }
+            },
+        ),
     }
 }
 
@@ -292,7 +294,9 @@ async fn shrink_in_sync(
         .meta
         .propose(Cmd::UpdateReplicas(UpdateReplicas { changes }))
         .await
-        .map_err(|e| Error::Unavailable(format!("could not record a failed backup in meta: {e}")))?;
+        .map_err(|e| {
+            Error::Unavailable(format!("could not record a failed backup in meta: {e}"))
+        })?;
     ctx.locks.raise_floor(&reply.partitions);
     if reply.partitions.len() != wanted {
         return Err(Error::Unavailable(format!(
@@ -565,7 +569,12 @@ pub async fn resync(ctx: &Arc<NodeContext>, pid: u64, node: u64) -> Result<u64> 
             "partition {pid} changed while node {node} caught up; it will try again"
         )));
     }
-    tracing::info!(partition_id = pid, node, rows = copied, "replica caught up and is in sync");
+    tracing::info!(
+        partition_id = pid,
+        node,
+        rows = copied,
+        "replica caught up and is in sync"
+    );
     Ok(copied)
 }
 

@@ -511,7 +511,11 @@ impl Storage for StorageService {
             .filter(|pid| self.ctx.is_primary(*pid))
             .collect();
         let mut by_backup: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
-        for p in state.partitions.iter().filter(|p| sealed_here.contains(&p.id)) {
+        for p in state
+            .partitions
+            .iter()
+            .filter(|p| sealed_here.contains(&p.id))
+        {
             for n in p.in_sync.iter().filter(|n| **n != me) {
                 by_backup.entry(*n).or_default().push(p.id);
             }
