@@ -73,134 +73,9 @@ fn model(n: u64, deleted: &[u64]) -> (u64, u64) {
     (kept.clone().count() as u64, kept.sum())
 }
 
-/// One meta replica (RF 3, nodes down after 2 s of silence, plus `meta_args`),
-/// `n` storage nodes and one query node; returns once every node is up.
-struct Cluster {
-    meta: Proc,
-    storages: Vec<Proc>,
-    query: Proc,
-    http: Http,
-    _dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    async fn start(n: usize, meta_args: &[&str]) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let logs = dir.path();
-        let meta_addr = format!("127.0.0.1:{}", free_port());
-        let mut args: Vec<String> = vec![
-            "meta".into(),
-            "--node-id".into(),
-            "1".into(),
-            "--listen-addr".into(),
-            meta_addr.clone(),
-            "--data-dir".into(),
-            dir.path().join("meta").display().to_string(),
-            "--bootstrap".into(),
-            "--node-timeout-ms".into(),
-            "2000".into(),
-            "--replication-factor".into(),
-            "3".into(),
-        ];
-        args.extend(meta_args.iter().map(|a| a.to_string()));
-        let meta = Proc::start("meta", &args, logs);
-        let storages: Vec<Proc> = (0..n)
-            .map(|i| {
-                Proc::start(
-                    &format!("storage-{}", i + 1),
-                    &[
-                        "storage".into(),
-                        "--listen-addr".into(),
-                        format!("127.0.0.1:{}", free_port()),
-                        "--data-dir".into(),
-                        dir.path()
-                            .join(format!("storage-{}", i + 1))
-                            .display()
-                            .to_string(),
-                        "--meta".into(),
-                        meta_addr.clone(),
-                        "--heartbeat-interval-ms".into(),
-                        "300".into(),
-                    ],
-                    logs,
-                )
-            })
-            .collect();
-        let http_addr = format!("127.0.0.1:{}", free_port());
-        let query = Proc::start(
-            "query",
-            &[
-                "query".into(),
-                "--http-addr".into(),
-                http_addr.clone(),
-                "--pg-addr".into(),
-                format!("127.0.0.1:{}", free_port()),
-                "--meta".into(),
-                meta_addr.clone(),
-            ],
-            logs,
-        );
-        let http = Http::new(&http_addr);
-        eventually(
-            "the query node healthy",
-            Duration::from_secs(120),
-            || async { http.healthy().await.then_some(()) },
-        )
-        .await;
-        eventually(
-            "every storage node up",
-            Duration::from_secs(120),
-            || async {
-                let (s, b) = http
-                    .sql(
-                        "public",
-                        "SELECT count(*) FROM system.nodes WHERE state = 'up'",
-                    )
-                    .await;
-                (s == 200 && b["rows"][0][0] == n).then_some(())
-            },
-        )
-        .await;
-        Cluster {
-            meta,
-            storages,
-            query,
-            http,
-            _dir: dir,
-        }
-    }
-
-    fn dump(&self) {
-        for p in std::iter::once(&self.meta)
-            .chain(self.storages.iter())
-            .chain(std::iter::once(&self.query))
-        {
-            eprintln!("--- {} ---\n{}", p.name, p.log_text());
-        }
-    }
-
-    /// The index in `storages` of the process serving node `id`.
-    async fn index_of(&self, id: u64) -> usize {
-        let addr = self
-            .http
-            .rows(
-                "public",
-                &format!("SELECT addr FROM system.nodes WHERE node_id = {id}"),
-            )
-            .await[0][0]
-            .as_str()
-            .unwrap()
-            .to_string();
-        self.storages
-            .iter()
-            .position(|p| p.args.contains(&addr))
-            .unwrap()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
-    let mut c = Cluster::start(3, &[]).await;
+    let mut c = ProcCluster::start(1, 3, &[]).await;
     let http = c.http.clone();
 
     // Phase 1: every node up. Every batch is acknowledged at once.
@@ -360,7 +235,7 @@ async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
 async fn a_node_gone_for_good_is_replaced_from_the_survivors() {
     // Four nodes, three replicas per partition: each partition has a node
     // to move to when one of its replicas is gone for good.
-    let mut c = Cluster::start(4, &["--replace-after-ms", "4000"]).await;
+    let mut c = ProcCluster::start(1, 4, &["--replace-after-ms", "4000"]).await;
     let http = c.http.clone();
     let mut next = 0u64;
     for _ in 0..6 {

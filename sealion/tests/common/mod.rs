@@ -87,6 +87,24 @@ impl Proc {
         }
     }
 
+    /// SIGSTOP: the process stays, but answers nothing until `resume`.
+    pub fn pause(&self) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill").arg("-STOP").arg(c.id().to_string()).status();
+        }
+    }
+
+    /// SIGCONT after `pause`.
+    pub fn resume(&self) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill").arg("-CONT").arg(c.id().to_string()).status();
+        }
+    }
+
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// The exit status, if the process has ended.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child
@@ -526,5 +544,142 @@ pub async fn start_cluster(storage: usize) -> LocalCluster {
         http_addr,
         pg_addr: format!("127.0.0.1:{pg_port}"),
         _dir: dir,
+    }
+}
+
+/// Separate processes on loopback: `metas` meta replicas (RF 3, a storage
+/// node down after 2 s of silence, plus `meta_args`), `n` storage nodes
+/// (heartbeats every 300 ms) and one query node. `start` returns once every
+/// storage node is up.
+pub struct ProcCluster {
+    pub metas: Vec<Proc>,
+    pub meta_addrs: Vec<String>,
+    pub storages: Vec<Proc>,
+    pub query: Proc,
+    pub http: Http,
+    pub _dir: tempfile::TempDir,
+}
+
+impl ProcCluster {
+    pub async fn start(metas: usize, n: usize, meta_args: &[&str]) -> ProcCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path();
+        let meta_addrs: Vec<String> = (0..metas)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        let meta_list = meta_addrs.join(",");
+        let mut meta_procs = Vec::new();
+        for (i, addr) in meta_addrs.iter().enumerate() {
+            let mut args: Vec<String> = vec![
+                "meta".into(),
+                "--node-id".into(),
+                (i + 1).to_string(),
+                "--listen-addr".into(),
+                addr.clone(),
+                "--data-dir".into(),
+                dir.path().join(format!("meta-{}", i + 1)).display().to_string(),
+                "--node-timeout-ms".into(),
+                "2000".into(),
+                "--replication-factor".into(),
+                "3".into(),
+            ];
+            if i == 0 {
+                args.push("--bootstrap".into());
+            } else {
+                args.push("--join".into());
+                args.push(meta_addrs[0].clone());
+            }
+            args.extend(meta_args.iter().map(|a| a.to_string()));
+            meta_procs.push(Proc::start(&format!("meta-{}", i + 1), &args, logs));
+        }
+        let storages: Vec<Proc> = (0..n)
+            .map(|i| {
+                Proc::start(
+                    &format!("storage-{}", i + 1),
+                    &[
+                        "storage".into(),
+                        "--listen-addr".into(),
+                        format!("127.0.0.1:{}", free_port()),
+                        "--data-dir".into(),
+                        dir.path()
+                            .join(format!("storage-{}", i + 1))
+                            .display()
+                            .to_string(),
+                        "--meta".into(),
+                        meta_list.clone(),
+                        "--heartbeat-interval-ms".into(),
+                        "300".into(),
+                    ],
+                    logs,
+                )
+            })
+            .collect();
+        let http_addr = format!("127.0.0.1:{}", free_port());
+        let query = Proc::start(
+            "query",
+            &[
+                "query".into(),
+                "--http-addr".into(),
+                http_addr.clone(),
+                "--pg-addr".into(),
+                format!("127.0.0.1:{}", free_port()),
+                "--meta".into(),
+                meta_list.clone(),
+            ],
+            logs,
+        );
+        let http = Http::new(&http_addr);
+        eventually("the query node healthy", Duration::from_secs(120), || async {
+            http.healthy().await.then_some(())
+        })
+        .await;
+        eventually("every storage node up", Duration::from_secs(120), || async {
+            let (s, b) = http
+                .sql(
+                    "public",
+                    "SELECT count(*) FROM system.nodes WHERE state = 'up'",
+                )
+                .await;
+            (s == 200 && b["rows"][0][0] == n).then_some(())
+        })
+        .await;
+        ProcCluster {
+            metas: meta_procs,
+            meta_addrs,
+            storages,
+            query,
+            http,
+            _dir: dir,
+        }
+    }
+
+    /// Prints every process's log (for a failing test).
+    pub fn dump(&self) {
+        for p in self
+            .metas
+            .iter()
+            .chain(self.storages.iter())
+            .chain(std::iter::once(&self.query))
+        {
+            eprintln!("--- {} ---\n{}", p.name, p.log_text());
+        }
+    }
+
+    /// The index in `storages` of the process serving node `id`.
+    pub async fn index_of(&self, id: u64) -> usize {
+        let addr = self
+            .http
+            .rows(
+                "public",
+                &format!("SELECT addr FROM system.nodes WHERE node_id = {id}"),
+            )
+            .await[0][0]
+            .as_str()
+            .unwrap()
+            .to_string();
+        self.storages
+            .iter()
+            .position(|p| p.args.contains(&addr))
+            .unwrap()
     }
 }

@@ -1,0 +1,305 @@
+//! A Jepsen-style chaos run against separate processes: 3 meta replicas, 3
+//! storage nodes (RF 3) and a query node on loopback.
+//!
+//! Clients write rows that are unique by (client, id) and record each
+//! batch as acknowledged (204), failed (any other answer) or unknown (no
+//! answer). Meanwhile a nemesis, driven by a seeded random schedule, does
+//! one fault at a time: SIGKILL a storage node and restart it, SIGSTOP a
+//! storage node and SIGCONT it, SIGKILL the meta leader and restart it, or
+//! restart every process. After the run everything is healed, the cluster
+//! must bring every replica back in sync, and a checker reads all rows:
+//! every acknowledged row is present exactly once, no row appears that was
+//! never written, and the replicas of each partition hold the same number
+//! of rows.
+//!
+//! `SEALION_CHAOS_SECONDS` (default 20) sets the length of the fault
+//! phase and `SEALION_CHAOS_SEED` the schedule; the seed, the schedule and a
+//! summary table are printed. The long run is `chaos/run.sh`.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use sealion_proto::MetaClusterRequest;
+use sealion_proto::meta_client::MetaClient;
+
+/// splitmix64: a small seeded generator, so a schedule can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Outcome {
+    Acked,
+    Failed,
+    Unknown,
+}
+
+const CLIENTS: u64 = 3;
+const BATCH: u64 = 10;
+
+/// Rows `first..first+BATCH` of `client`, in table `chaos`. Times step by
+/// 37 s from twenty days ago, so the rows spread over several partitions.
+fn batch(client: u64, first: u64, base_ns: i64) -> String {
+    (first..first + BATCH)
+        .map(|id| {
+            let t = base_ns + (id as i64) * 37_000_000_000;
+            format!("chaos,c=c{client} id={id}i {t}\n")
+        })
+        .collect()
+}
+
+async fn client_loop(
+    http: Http,
+    client: u64,
+    base_ns: i64,
+    stop: Arc<AtomicBool>,
+) -> Vec<(u64, Outcome)> {
+    let raw = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut log = Vec::new();
+    let mut next = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let body = batch(client, next, base_ns);
+        let outcome = match raw
+            .post(format!("{}/api/v1/write?db=public", http.base))
+            .body(body)
+            .send()
+            .await
+        {
+            Ok(r) if r.status().as_u16() == 204 => Outcome::Acked,
+            Ok(_) => Outcome::Failed,
+            Err(_) => Outcome::Unknown,
+        };
+        log.push((next, outcome));
+        next += BATCH;
+        if outcome != Outcome::Acked {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    log
+}
+
+async fn meta_leader(addrs: &[String]) -> Option<u64> {
+    for a in addrs {
+        if let Ok(mut c) = MetaClient::connect(format!("http://{a}")).await
+            && let Ok(r) = c.cluster_info(MetaClusterRequest {}).await
+        {
+            let r = r.into_inner();
+            if r.leader_id != 0 {
+                return Some(r.leader_id);
+            }
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_every_acknowledged_row_survives() {
+    let seconds: u64 = std::env::var("SEALION_CHAOS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let seed: u64 = std::env::var("SEALION_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand_u16() as u64);
+    println!("chaos: seed {seed}, {seconds} s of faults");
+    let mut rng = Rng(seed);
+    let mut c = ProcCluster::start(3, 3, &[]).await;
+    eventually("three meta voters", Duration::from_secs(60), || async {
+        let addrs = c.meta_addrs.clone();
+        for a in &addrs {
+            if let Ok(mut m) = MetaClient::connect(format!("http://{a}")).await
+                && let Ok(r) = m.cluster_info(MetaClusterRequest {}).await
+            {
+                let r = r.into_inner();
+                if r.leader_id != 0 && r.node_id == r.leader_id {
+                    return (r.members.iter().filter(|m| m.voter).count() == 3).then_some(());
+                }
+            }
+        }
+        None
+    })
+    .await;
+    let day = 86_400_000_000_000i64;
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let base_ns = (now_ns / day - 20) * day;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|i| tokio::spawn(client_loop(c.http.clone(), i, base_ns, stop.clone())))
+        .collect();
+
+    // The nemesis: one fault at a time, healed before the next.
+    let started = Instant::now();
+    let mut schedule: Vec<String> = Vec::new();
+    while started.elapsed() < Duration::from_secs(seconds) {
+        tokio::time::sleep(rng.millis(1_000, 3_000)).await;
+        let at = started.elapsed().as_secs_f64();
+        let hold = rng.millis(1_000, 4_000);
+        match rng.below(10) {
+            0..=3 => {
+                let i = rng.below(3) as usize;
+                schedule.push(format!("{at:6.1}s  SIGKILL storage-{} for {hold:?}", i + 1));
+                c.storages[i].kill();
+                tokio::time::sleep(hold).await;
+                c.storages[i].restart();
+            }
+            4..=6 => {
+                let i = rng.below(3) as usize;
+                schedule.push(format!("{at:6.1}s  SIGSTOP storage-{} for {hold:?}", i + 1));
+                c.storages[i].pause();
+                tokio::time::sleep(hold).await;
+                c.storages[i].resume();
+            }
+            7..=8 => match meta_leader(&c.meta_addrs).await {
+                Some(leader) => {
+                    schedule.push(format!("{at:6.1}s  SIGKILL meta leader meta-{leader} for {hold:?}"));
+                    c.metas[leader as usize - 1].kill();
+                    tokio::time::sleep(hold).await;
+                    c.metas[leader as usize - 1].restart();
+                }
+                None => schedule.push(format!("{at:6.1}s  (no meta leader to kill)")),
+            },
+            _ => {
+                schedule.push(format!("{at:6.1}s  restart every storage node"));
+                for s in c.storages.iter_mut() {
+                    s.kill();
+                }
+                for s in c.storages.iter_mut() {
+                    s.restart();
+                }
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut attempts: HashMap<(u64, u64), Outcome> = HashMap::new();
+    let mut batches: BTreeMap<Outcome, usize> = BTreeMap::new();
+    for (client, h) in clients.into_iter().enumerate() {
+        for (first, outcome) in h.await.unwrap() {
+            *batches.entry(outcome).or_default() += 1;
+            for id in first..first + BATCH {
+                attempts.insert((client as u64, id), outcome);
+            }
+        }
+    }
+    println!("schedule (seed {seed}):");
+    for line in &schedule {
+        println!("  {line}");
+    }
+
+    // Heal: every process running, every replica back in sync.
+    for p in c.metas.iter_mut().chain(c.storages.iter_mut()) {
+        if !p.running() {
+            p.restart();
+        }
+        p.resume();
+    }
+    let healed = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let (s, b) = c
+                .http
+                .sql(
+                    "public",
+                    "SELECT bool_and(in_sync), count(*) FROM system.partitions WHERE table_name = 'chaos'",
+                )
+                .await;
+            let (s2, up) = c
+                .http
+                .sql("public", "SELECT count(*) FROM system.nodes WHERE state = 'up'")
+                .await;
+            if s == 200 && b["rows"][0][0] == true && s2 == 200 && up["rows"][0][0] == 3 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    if healed.is_err() {
+        c.dump();
+        panic!("the cluster did not bring every replica back in sync (seed {seed})");
+    }
+
+    // Check: read every row back.
+    let rows = eventually("a full read", Duration::from_secs(60), || async {
+        let (s, b) = c
+            .http
+            .sql("public", "SELECT c, id FROM chaos")
+            .await;
+        (s == 200).then(|| b["rows"].as_array().unwrap().clone())
+    })
+    .await;
+    let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
+    for r in &rows {
+        let client: u64 = r[0].as_str().unwrap()[1..].parse().unwrap();
+        *seen.entry((client, r[1].as_u64().unwrap())).or_default() += 1;
+    }
+    let acked: HashSet<(u64, u64)> = attempts
+        .iter()
+        .filter(|(_, o)| **o == Outcome::Acked)
+        .map(|(k, _)| *k)
+        .collect();
+    let lost: Vec<&(u64, u64)> = acked.iter().filter(|k| !seen.contains_key(k)).collect();
+    let duplicated: Vec<(&(u64, u64), &usize)> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    let unexpected: Vec<&(u64, u64)> = seen.keys().filter(|k| !attempts.contains_key(k)).collect();
+    let present_unacked = seen.keys().filter(|k| !acked.contains(k)).count();
+    let replicas = c
+        .http
+        .rows(
+            "public",
+            "SELECT partition_id, min(rows), max(rows), count(*) FROM system.partitions \
+             WHERE table_name = 'chaos' GROUP BY partition_id ORDER BY partition_id",
+        )
+        .await;
+    let diverged: Vec<&Vec<serde_json::Value>> =
+        replicas.iter().filter(|r| r[1] != r[2] || r[3] != 3).collect();
+
+    println!("summary (seed {seed}):");
+    println!("  | what                              | count |");
+    println!("  |-----------------------------------|-------|");
+    for (o, n) in &batches {
+        println!("  | batches {:<26}| {n:>5} |", format!("{o:?}"));
+    }
+    println!("  | rows acknowledged                 | {:>5} |", acked.len());
+    println!("  | rows read back                    | {:>5} |", seen.len());
+    println!("  | rows present, not acknowledged    | {present_unacked:>5} |");
+    println!("  | acknowledged rows lost            | {:>5} |", lost.len());
+    println!("  | rows read twice                   | {:>5} |", duplicated.len());
+    println!("  | rows never written                 | {:>5} |", unexpected.len());
+    println!("  | partitions                        | {:>5} |", replicas.len());
+    println!("  | partitions whose replicas differ  | {:>5} |", diverged.len());
+
+    assert!(!acked.is_empty(), "no write was acknowledged at all (seed {seed})");
+    assert!(lost.is_empty(), "acknowledged rows lost (seed {seed}): {:?}", &lost[..lost.len().min(20)]);
+    assert!(duplicated.is_empty(), "rows read twice (seed {seed}): {duplicated:?}");
+    assert!(unexpected.is_empty(), "rows never written (seed {seed}): {unexpected:?}");
+    assert!(diverged.is_empty(), "replicas differ (seed {seed}): {diverged:?}");
+}
