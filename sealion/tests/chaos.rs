@@ -182,7 +182,9 @@ async fn chaos_every_acknowledged_row_survives() {
             }
             7..=8 => match meta_leader(&c.meta_addrs).await {
                 Some(leader) => {
-                    schedule.push(format!("{at:6.1}s  SIGKILL meta leader meta-{leader} for {hold:?}"));
+                    schedule.push(format!(
+                        "{at:6.1}s  SIGKILL meta leader meta-{leader} for {hold:?}"
+                    ));
                     c.metas[leader as usize - 1].kill();
                     tokio::time::sleep(hold).await;
                     c.metas[leader as usize - 1].restart();
@@ -250,10 +252,7 @@ async fn chaos_every_acknowledged_row_survives() {
 
     // Check: read every row back.
     let rows = eventually("a full read", Duration::from_secs(60), || async {
-        let (s, b) = c
-            .http
-            .sql("public", "SELECT c, id FROM chaos")
-            .await;
+        let (s, b) = c.http.sql("public", "SELECT c, id FROM chaos").await;
         (s == 200).then(|| b["rows"].as_array().unwrap().clone())
     })
     .await;
@@ -279,8 +278,10 @@ async fn chaos_every_acknowledged_row_survives() {
              WHERE table_name = 'chaos' GROUP BY partition_id ORDER BY partition_id",
         )
         .await;
-    let diverged: Vec<&Vec<serde_json::Value>> =
-        replicas.iter().filter(|r| r[1] != r[2] || r[3] != 3).collect();
+    let diverged: Vec<&Vec<serde_json::Value>> = replicas
+        .iter()
+        .filter(|r| r[1] != r[2] || r[3] != 3)
+        .collect();
 
     println!("summary (seed {seed}):");
     println!("  | what                              | count |");
@@ -288,18 +289,55 @@ async fn chaos_every_acknowledged_row_survives() {
     for (o, n) in &batches {
         println!("  | batches {:<26}| {n:>5} |", format!("{o:?}"));
     }
-    println!("  | rows acknowledged                 | {:>5} |", acked.len());
-    println!("  | rows read back                    | {:>5} |", seen.len());
+    println!(
+        "  | rows acknowledged                 | {:>5} |",
+        acked.len()
+    );
+    println!(
+        "  | rows read back                    | {:>5} |",
+        seen.len()
+    );
     println!("  | rows present, not acknowledged    | {present_unacked:>5} |");
-    println!("  | acknowledged rows lost            | {:>5} |", lost.len());
-    println!("  | rows read twice                   | {:>5} |", duplicated.len());
-    println!("  | rows never written                 | {:>5} |", unexpected.len());
-    println!("  | partitions                        | {:>5} |", replicas.len());
-    println!("  | partitions whose replicas differ  | {:>5} |", diverged.len());
+    println!(
+        "  | acknowledged rows lost            | {:>5} |",
+        lost.len()
+    );
+    println!(
+        "  | rows read twice                   | {:>5} |",
+        duplicated.len()
+    );
+    println!(
+        "  | rows never written                | {:>5} |",
+        unexpected.len()
+    );
+    println!(
+        "  | partitions                        | {:>5} |",
+        replicas.len()
+    );
+    println!(
+        "  | partitions whose replicas differ  | {:>5} |",
+        diverged.len()
+    );
 
-    assert!(!acked.is_empty(), "no write was acknowledged at all (seed {seed})");
-    assert!(lost.is_empty(), "acknowledged rows lost (seed {seed}): {:?}", &lost[..lost.len().min(20)]);
-    assert!(duplicated.is_empty(), "rows read twice (seed {seed}): {duplicated:?}");
-    assert!(unexpected.is_empty(), "rows never written (seed {seed}): {unexpected:?}");
-    assert!(diverged.is_empty(), "replicas differ (seed {seed}): {diverged:?}");
+    assert!(
+        !acked.is_empty(),
+        "no write was acknowledged at all (seed {seed})"
+    );
+    assert!(
+        lost.is_empty(),
+        "acknowledged rows lost (seed {seed}): {:?}",
+        &lost[..lost.len().min(20)]
+    );
+    assert!(
+        duplicated.is_empty(),
+        "rows read twice (seed {seed}): {duplicated:?}"
+    );
+    assert!(
+        unexpected.is_empty(),
+        "rows never written (seed {seed}): {unexpected:?}"
+    );
+    assert!(
+        diverged.is_empty(),
+        "replicas differ (seed {seed}): {diverged:?}"
+    );
 }

@@ -90,14 +90,20 @@ impl Proc {
     /// SIGSTOP: the process stays, but answers nothing until `resume`.
     pub fn pause(&self) {
         if let Some(c) = &self.child {
-            let _ = Command::new("kill").arg("-STOP").arg(c.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-STOP")
+                .arg(c.id().to_string())
+                .status();
         }
     }
 
     /// SIGCONT after `pause`.
     pub fn resume(&self) {
         if let Some(c) = &self.child {
-            let _ = Command::new("kill").arg("-CONT").arg(c.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(c.id().to_string())
+                .status();
         }
     }
 
@@ -577,7 +583,10 @@ impl ProcCluster {
                 "--listen-addr".into(),
                 addr.clone(),
                 "--data-dir".into(),
-                dir.path().join(format!("meta-{}", i + 1)).display().to_string(),
+                dir.path()
+                    .join(format!("meta-{}", i + 1))
+                    .display()
+                    .to_string(),
                 "--node-timeout-ms".into(),
                 "2000".into(),
                 "--replication-factor".into(),
@@ -629,19 +638,25 @@ impl ProcCluster {
             logs,
         );
         let http = Http::new(&http_addr);
-        eventually("the query node healthy", Duration::from_secs(120), || async {
-            http.healthy().await.then_some(())
-        })
+        eventually(
+            "the query node healthy",
+            Duration::from_secs(120),
+            || async { http.healthy().await.then_some(()) },
+        )
         .await;
-        eventually("every storage node up", Duration::from_secs(120), || async {
-            let (s, b) = http
-                .sql(
-                    "public",
-                    "SELECT count(*) FROM system.nodes WHERE state = 'up'",
-                )
-                .await;
-            (s == 200 && b["rows"][0][0] == n).then_some(())
-        })
+        eventually(
+            "every storage node up",
+            Duration::from_secs(120),
+            || async {
+                let (s, b) = http
+                    .sql(
+                        "public",
+                        "SELECT count(*) FROM system.nodes WHERE state = 'up'",
+                    )
+                    .await;
+                (s == 200 && b["rows"][0][0] == n).then_some(())
+            },
+        )
         .await;
         ProcCluster {
             metas: meta_procs,
