@@ -593,7 +593,12 @@ pub async fn install(ctx: &Arc<NodeContext>, req: InstallRequest) -> Result<()> 
             "node {me} is in sync for partition {pid}; its copy is not replaced"
         )));
     }
-    let batches = crate::service::decode_ipc(&req.arrow_ipc)?;
+    // An empty partition comes as one chunk with no IPC stream at all.
+    let batches = if req.arrow_ipc.is_empty() {
+        Vec::new()
+    } else {
+        crate::service::decode_ipc(&req.arrow_ipc)?
+    };
     let engine = ctx.engine.clone();
     let columns = req.columns;
     let reset = req.reset;

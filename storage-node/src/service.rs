@@ -66,6 +66,17 @@ impl NodeContext {
         self.node_id.load(Ordering::Acquire)
     }
 
+    /// Records that partitions `ids` took a write now (sealing waits for
+    /// them to be quiet).
+    fn touch(&self, ids: &[u64]) {
+        if let Ok(mut last) = self.last_write.lock() {
+            let now = std::time::Instant::now();
+            for id in ids {
+                last.insert(*id, now);
+            }
+        }
+    }
+
     /// Forgets what this node published for `pid` (its copy was replaced).
     pub fn forget_published(&self, pid: u64) {
         if let Ok(mut m) = self.published_filters.lock() {
@@ -315,12 +326,7 @@ pub async fn apply_write(
             ctx.set_published(pid, false);
         }
     }
-    if let Ok(mut last) = ctx.last_write.lock() {
-        let now = std::time::Instant::now();
-        for id in &ids {
-            last.insert(*id, now);
-        }
-    }
+    ctx.touch(&ids);
     let mut parts = Vec::with_capacity(req.partitions.len());
     for p in &req.partitions {
         parts.push((p.partition_id, decode_ipc(&p.arrow_ipc)?));
@@ -349,12 +355,7 @@ pub async fn apply_delete(ctx: &Arc<NodeContext>, req: &DeleteRequest) -> Result
     })
     .await
     .map_err(|e| Error::Internal(format!("delete task failed: {e}")))??;
-    if let Ok(mut last) = ctx.last_write.lock() {
-        let now = std::time::Instant::now();
-        for id in &req.partition_ids {
-            last.insert(*id, now);
-        }
-    }
+    ctx.touch(&req.partition_ids);
     Ok(deleted)
 }
 
