@@ -9,5 +9,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sealion-target}"
 export SEALION_CHAOS_SECONDS="${1:-600}"
-if [ -n "${2:-}" ]; then export SEALION_CHAOS_SEED="$2"; fi
+export SEALION_CHAOS_SEED="${2:-$(( (RANDOM << 15) | RANDOM ))}"
 exec cargo test -p sealion --locked --test chaos -- --nocapture

@@ -13,8 +13,9 @@
 //! of rows.
 //!
 //! `SEALION_CHAOS_SECONDS` (default 20) sets the length of the fault
-//! phase and `SEALION_CHAOS_SEED` the schedule; the seed, the schedule and a
-//! summary table are printed. The long run is `chaos/run.sh`.
+//! phase and `SEALION_CHAOS_SEED` the schedule (default: a fixed one); the
+//! seed, the schedule and a summary table are printed. The long run, with a
+//! new seed each time, is `chaos/run.sh`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -106,7 +107,9 @@ async fn chaos_every_acknowledged_row_survives() {
     let seed: u64 = std::env::var("SEALION_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand_u16() as u64);
+        // A fixed schedule by default, so the short run in CI is the same
+        // every time; chaos/run.sh draws a new seed for each long run.
+        .unwrap_or(42_885);
     println!("chaos: seed {seed}, {seconds} s of faults");
     let mut rng = Rng(seed);
     let mut c = ProcCluster::start(3, 3, &[]).await;
