@@ -25,10 +25,9 @@
 //! each), merges states group by group under the query's memory pool, and
 //! emits the aggregate's schema exactly, so the plan above is unchanged.
 
-use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BinaryArray, RecordBatch, StringArray};
@@ -59,7 +58,6 @@ use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
     Aggregate, Expr, Extension, LogicalPlan, ScalarUDF, UserDefinedLogicalNode,
-    UserDefinedLogicalNodeCore,
 };
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
@@ -166,66 +164,7 @@ pub struct SealionAggregate {
     text: String,
 }
 
-impl fmt::Debug for SealionAggregate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SealionAggregate({})", self.text)
-    }
-}
-
-impl PartialEq for SealionAggregate {
-    fn eq(&self, other: &Self) -> bool {
-        self.table_id == other.table_id
-            && self.filters == other.filters
-            && self.text == other.text
-            && self.schema == other.schema
-    }
-}
-
-impl Eq for SealionAggregate {}
-
-impl Hash for SealionAggregate {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.table_id.hash(state);
-        self.filters.hash(state);
-        self.text.hash(state);
-    }
-}
-
-impl PartialOrd for SealionAggregate {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        (self.table_id, &self.text).partial_cmp(&(other.table_id, &other.text))
-    }
-}
-
-impl UserDefinedLogicalNodeCore for SealionAggregate {
-    fn name(&self) -> &str {
-        "SealionAggregate"
-    }
-
-    fn inputs(&self) -> Vec<&LogicalPlan> {
-        vec![]
-    }
-
-    fn schema(&self) -> &DFSchemaRef {
-        &self.schema
-    }
-
-    fn expressions(&self) -> Vec<Expr> {
-        vec![]
-    }
-
-    fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "SealionAggregate: {}", self.text)
-    }
-
-    fn with_exprs_and_inputs(
-        &self,
-        _exprs: Vec<Expr>,
-        _inputs: Vec<LogicalPlan>,
-    ) -> DfResult<Self> {
-        Ok(self.clone())
-    }
-}
+crate::leaf::leaf_scan_node!(SealionAggregate);
 
 /// The optimizer rule; see the module documentation.
 #[derive(Debug, Default)]

@@ -13,6 +13,8 @@ pub mod error;
 pub mod functions;
 pub mod gapfill;
 pub mod http;
+#[macro_use]
+mod leaf;
 pub mod lineproto;
 pub mod pg;
 pub mod pushdown;

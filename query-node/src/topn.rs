@@ -13,9 +13,6 @@
 //! rows are in: a query with no time range reads one partition, not all of
 //! them. The `Sort` stays above and merges the nodes' answers.
 
-use std::cmp::Ordering;
-use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -25,9 +22,7 @@ use datafusion::common::tree_node::Transformed;
 use datafusion::datasource::{TableProvider, source_as_provider};
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion::logical_expr::{
-    Expr, Extension, LogicalPlan, Sort, UserDefinedLogicalNode, UserDefinedLogicalNodeCore,
-};
+use datafusion::logical_expr::{Expr, Extension, LogicalPlan, Sort, UserDefinedLogicalNode};
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
@@ -59,66 +54,7 @@ pub struct SealionRows {
     text: String,
 }
 
-impl fmt::Debug for SealionRows {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SealionRows({})", self.text)
-    }
-}
-
-impl PartialEq for SealionRows {
-    fn eq(&self, other: &Self) -> bool {
-        self.table_id == other.table_id
-            && self.filters == other.filters
-            && self.text == other.text
-            && self.schema == other.schema
-    }
-}
-
-impl Eq for SealionRows {}
-
-impl Hash for SealionRows {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.table_id.hash(state);
-        self.filters.hash(state);
-        self.text.hash(state);
-    }
-}
-
-impl PartialOrd for SealionRows {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        (self.table_id, &self.text).partial_cmp(&(other.table_id, &other.text))
-    }
-}
-
-impl UserDefinedLogicalNodeCore for SealionRows {
-    fn name(&self) -> &str {
-        "SealionRows"
-    }
-
-    fn inputs(&self) -> Vec<&LogicalPlan> {
-        vec![]
-    }
-
-    fn schema(&self) -> &DFSchemaRef {
-        &self.schema
-    }
-
-    fn expressions(&self) -> Vec<Expr> {
-        vec![]
-    }
-
-    fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "SealionRows: {}", self.text)
-    }
-
-    fn with_exprs_and_inputs(
-        &self,
-        _exprs: Vec<Expr>,
-        _inputs: Vec<LogicalPlan>,
-    ) -> DfResult<Self> {
-        Ok(self.clone())
-    }
-}
+crate::leaf::leaf_scan_node!(SealionRows);
 
 /// The optimizer rule; see the module documentation.
 #[derive(Debug, Default)]
