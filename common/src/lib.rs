@@ -7,6 +7,7 @@
 //! and metrics.
 
 pub mod catalog;
+pub mod channels;
 pub mod error;
 pub mod meta_client;
 pub mod telemetry;

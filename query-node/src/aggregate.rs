@@ -720,8 +720,7 @@ impl ExecutionPlan for SealionAggregateExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let [input] = <[_; 1]>::try_from(children)
-            .map_err(|_| DataFusionError::Internal("SealionAggregateExec has one child".into()))?;
+        let input = crate::leaf::only_child(children, "SealionAggregateExec")?;
         Ok(Arc::new(SealionAggregateExec::new(
             input,
             self.agg.clone(),
@@ -734,11 +733,7 @@ impl ExecutionPlan for SealionAggregateExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "SealionAggregateExec has one partition, not {partition}"
-            )));
-        }
+        crate::leaf::only_partition(partition, "SealionAggregateExec")?;
         let n = self.input.properties().partitioning.partition_count();
         let mut inputs = Vec::with_capacity(n);
         for i in 0..n {

@@ -394,8 +394,7 @@ impl ExecutionPlan for AsofExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let [left] = <[_; 1]>::try_from(children)
-            .map_err(|_| DataFusionError::Internal("AsofJoinExec has one child".into()))?;
+        let left = crate::leaf::only_child(children, "AsofJoinExec")?;
         Ok(Arc::new(AsofExec::new(
             left,
             self.left_time.clone(),
@@ -417,11 +416,7 @@ impl ExecutionPlan for AsofExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "AsofJoinExec has one partition, not {partition}"
-            )));
-        }
+        crate::leaf::only_partition(partition, "AsofJoinExec")?;
         let n = self.left.properties().partitioning.partition_count();
         let mut lefts = Vec::with_capacity(n);
         for i in 0..n {

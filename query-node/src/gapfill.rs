@@ -539,8 +539,7 @@ impl ExecutionPlan for GapFillExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let [input] = <[_; 1]>::try_from(children)
-            .map_err(|_| DataFusionError::Internal("GapFillExec has one child".into()))?;
+        let input = crate::leaf::only_child(children, "GapFillExec")?;
         Ok(Arc::new(GapFillExec::new(
             input,
             self.params.clone(),
@@ -553,11 +552,7 @@ impl ExecutionPlan for GapFillExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "GapFillExec has one partition, not {partition}"
-            )));
-        }
+        crate::leaf::only_partition(partition, "GapFillExec")?;
         let mut input = self.input.execute(0, context.clone())?;
         let params = self.params.clone();
         let schema = self.schema.clone();

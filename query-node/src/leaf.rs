@@ -1,4 +1,5 @@
-//! What the leaf plan nodes that stand for pushed-down scans share.
+//! What Sealion's own plan nodes share: the leaf logical nodes that stand
+//! for pushed-down scans, and the single-child, single-partition execs.
 
 /// Implements `Debug`, equality, hashing, ordering and
 /// `UserDefinedLogicalNodeCore` for a leaf logical node whose identity is
@@ -69,3 +70,24 @@ macro_rules! leaf_scan_node {
 }
 
 pub(crate) use leaf_scan_node;
+
+/// The one child of a single-child exec named `name`.
+pub(crate) fn only_child(
+    children: Vec<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>,
+    name: &str,
+) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+    let [child] = <[_; 1]>::try_from(children).map_err(|_| {
+        datafusion::error::DataFusionError::Internal(format!("{name} has one child"))
+    })?;
+    Ok(child)
+}
+
+/// Fails unless `partition` is 0: exec `name` has one output partition.
+pub(crate) fn only_partition(partition: usize, name: &str) -> datafusion::error::Result<()> {
+    if partition != 0 {
+        return Err(datafusion::error::DataFusionError::Internal(format!(
+            "{name} has one partition, not {partition}"
+        )));
+    }
+    Ok(())
+}

@@ -8,8 +8,8 @@
 //! rows are never dropped silently. Writing the same rows again is safe
 //! (a row is unique by series and time), so a client may retry the call.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::{Array, TimestampNanosecondArray, UInt32Array};
@@ -23,7 +23,7 @@ use sealion_common::proto::meta_command::Cmd;
 use sealion_common::proto::storage_client::StorageClient;
 use sealion_common::proto::{EnsurePartitions, Partition, PartitionRows, Table, WriteRequest};
 use sealion_common::time::{partition_end, partition_start};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::{Error, Result};
 
@@ -33,28 +33,17 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Rounds of routing a write again after a node said it is not the primary.
 const WRITE_ROUTE_ATTEMPTS: u32 = 4;
 
-/// gRPC channels to storage nodes, one per address, made on first use.
+/// gRPC clients of storage nodes, over one channel per address.
 #[derive(Default)]
 pub struct StorageClients {
-    channels: Mutex<HashMap<String, Channel>>,
+    channels: sealion_common::channels::Channels,
 }
 
 impl StorageClients {
     fn channel(&self, addr: &str) -> Result<Channel> {
-        let mut map = self
-            .channels
-            .lock()
-            .map_err(|_| Error::Internal("storage channel map poisoned".into()))?;
-        if let Some(c) = map.get(addr) {
-            return Ok(c.clone());
-        }
-        let channel = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| Error::Internal(format!("bad storage address {addr}: {e}")))?
-            .connect_timeout(Duration::from_secs(2))
-            .tcp_nodelay(true)
-            .connect_lazy();
-        map.insert(addr.to_string(), channel.clone());
-        Ok(channel)
+        self.channels
+            .channel(addr)
+            .map_err(|e| Error::Internal(e.to_string()))
     }
 
     pub fn storage(&self, addr: &str) -> Result<StorageClient<Channel>> {
@@ -156,7 +145,7 @@ impl WriteRouter {
             pending.push(PartitionRows {
                 partition_id: p.id,
                 arrow_ipc: encode_ipc(&part)?,
-                epoch: p.epoch,
+                epoch: 0,
             });
         }
         // Each partition's rows go to its primary, which replicates them. A
@@ -195,7 +184,7 @@ impl WriteRouter {
         parts: Vec<PartitionRows>,
     ) -> Result<(u64, Vec<PartitionRows>)> {
         let mut by_node: BTreeMap<u64, Vec<PartitionRows>> = BTreeMap::new();
-        for mut part in parts {
+        for part in parts {
             let p = state
                 .partitions
                 .iter()
@@ -210,7 +199,6 @@ impl WriteRouter {
                 .replicas
                 .first()
                 .ok_or_else(|| Error::Unavailable(format!("partition {} has no replica", p.id)))?;
-            part.epoch = part.epoch.max(p.epoch);
             by_node.entry(primary).or_default().push(part);
         }
         let columns = table.columns.clone();

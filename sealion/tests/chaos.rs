@@ -27,8 +27,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use sealion_proto::MetaClusterRequest;
-use sealion_proto::meta_client::MetaClient;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Outcome {
@@ -84,20 +82,6 @@ async fn client_loop(
     log
 }
 
-async fn meta_leader(addrs: &[String]) -> Option<u64> {
-    for a in addrs {
-        if let Ok(mut c) = MetaClient::connect(format!("http://{a}")).await
-            && let Ok(r) = c.cluster_info(MetaClusterRequest {}).await
-        {
-            let r = r.into_inner();
-            if r.leader_id != 0 {
-                return Some(r.leader_id);
-            }
-        }
-    }
-    None
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_every_acknowledged_row_survives() {
     let seconds: u64 = std::env::var("SEALION_CHAOS_SECONDS")
@@ -112,20 +96,9 @@ async fn chaos_every_acknowledged_row_survives() {
         .unwrap_or(42_885);
     println!("chaos: seed {seed}, {seconds} s of faults");
     let mut rng = Rng(seed);
-    let mut c = ProcCluster::start(3, 3, &[]).await;
-    eventually("three meta voters", Duration::from_secs(60), || async {
-        let addrs = c.meta_addrs.clone();
-        for a in &addrs {
-            if let Ok(mut m) = MetaClient::connect(format!("http://{a}")).await
-                && let Ok(r) = m.cluster_info(MetaClusterRequest {}).await
-            {
-                let r = r.into_inner();
-                if r.leader_id != 0 && r.node_id == r.leader_id {
-                    return (r.members.iter().filter(|m| m.voter).count() == 3).then_some(());
-                }
-            }
-        }
-        None
+    let mut c = ProcCluster::start(3, 3, 3, &[]).await;
+    eventually("three meta voters", Duration::from_secs(60), || {
+        meta_voters(&c.meta_addrs, 3)
     })
     .await;
     let day = 86_400_000_000_000i64;

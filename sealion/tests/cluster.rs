@@ -11,39 +11,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use sealion_proto::MetaClusterRequest;
-use sealion_proto::meta_client::MetaClient;
-
-async fn leader_of(meta_addrs: &[String]) -> Option<u64> {
-    for a in meta_addrs {
-        if let Ok(mut c) = MetaClient::connect(format!("http://{a}")).await {
-            if let Ok(r) = c.cluster_info(MetaClusterRequest {}).await {
-                let r = r.into_inner();
-                if r.leader_id != 0 {
-                    return Some(r.leader_id);
-                }
-            }
-        }
-    }
-    None
-}
-
-/// Whether the meta leader counts all three replicas as voters (a replica
-/// joins as a learner first; killing one before the others are voters
-/// would leave no quorum).
-async fn three_voters(meta_addrs: &[String]) -> Option<()> {
-    for a in meta_addrs {
-        if let Ok(mut c) = MetaClient::connect(format!("http://{a}")).await
-            && let Ok(r) = c.cluster_info(MetaClusterRequest {}).await
-        {
-            let r = r.into_inner();
-            if r.leader_id != 0 && r.node_id == r.leader_id {
-                return (r.members.iter().filter(|m| m.voter).count() == 3).then_some(());
-            }
-        }
-    }
-    None
-}
 
 async fn wait_healthy(http: &Http, procs: &[&Proc]) {
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
@@ -60,86 +27,17 @@ async fn wait_healthy(http: &Http, procs: &[&Proc]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_keeps_answering_through_node_and_meta_failures() {
-    let dir = tempfile::tempdir().unwrap();
-    let logs = dir.path();
-    let meta_addrs: Vec<String> = (0..3)
-        .map(|_| format!("127.0.0.1:{}", free_port()))
-        .collect();
-    let meta_list = meta_addrs.join(",");
-    let mut metas: Vec<Proc> = Vec::new();
-    for i in 0..3 {
-        let mut args: Vec<String> = vec![
-            "meta".into(),
-            "--node-id".into(),
-            (i + 1).to_string(),
-            "--listen-addr".into(),
-            meta_addrs[i].clone(),
-            "--data-dir".into(),
-            dir.path()
-                .join(format!("meta-{}", i + 1))
-                .display()
-                .to_string(),
-            "--node-timeout-ms".into(),
-            "3000".into(),
-            // This test is about a partition with one replica: its node's
-            // death fails what needs it. Replication has its own tests.
-            "--replication-factor".into(),
-            "1".into(),
-        ];
-        if i == 0 {
-            args.push("--bootstrap".into());
-        } else {
-            args.push("--join".into());
-            args.push(meta_addrs[0].clone());
-        }
-        metas.push(Proc::start(&format!("meta-{}", i + 1), &args, logs));
-    }
-    let mut storages: Vec<Proc> = Vec::new();
-    for i in 0..2 {
-        let args: Vec<String> = vec![
-            "storage".into(),
-            "--listen-addr".into(),
-            format!("127.0.0.1:{}", free_port()),
-            "--data-dir".into(),
-            dir.path()
-                .join(format!("storage-{}", i + 1))
-                .display()
-                .to_string(),
-            "--meta".into(),
-            meta_list.clone(),
-            "--heartbeat-interval-ms".into(),
-            "300".into(),
-        ];
-        storages.push(Proc::start(&format!("storage-{}", i + 1), &args, logs));
-    }
-    let http_addr = format!("127.0.0.1:{}", free_port());
-    let pg_addr = format!("127.0.0.1:{}", free_port());
-    let query = Proc::start(
-        "query",
-        &[
-            "query".into(),
-            "--http-addr".into(),
-            http_addr.clone(),
-            "--pg-addr".into(),
-            pg_addr.clone(),
-            "--meta".into(),
-            meta_list.clone(),
-        ],
-        logs,
-    );
-    let http = Http::new(&http_addr);
-    wait_healthy(
-        &http,
-        &[
-            &metas[0],
-            &metas[1],
-            &metas[2],
-            &storages[0],
-            &storages[1],
-            &query,
-        ],
-    )
-    .await;
+    // One replica per partition: this test is about a node's death failing
+    // what needs it. Replication has its own tests.
+    let ProcCluster {
+        mut metas,
+        meta_addrs,
+        mut storages,
+        query,
+        http,
+        pg_addr,
+        _dir,
+    } = ProcCluster::start(3, 2, 1, &[]).await;
     // Both storage nodes registered.
     eventually("two storage nodes up", Duration::from_secs(60), || async {
         let (s, b) = http
@@ -272,11 +170,11 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
 
     // Kill a meta follower, keep working, bring it back.
     eventually("three meta voters", Duration::from_secs(60), || {
-        three_voters(&meta_addrs)
+        meta_voters(&meta_addrs, 3)
     })
     .await;
     let leader = eventually("a meta leader", Duration::from_secs(30), || {
-        leader_of(&meta_addrs)
+        meta_leader(&meta_addrs)
     })
     .await;
     let follower = (0..3).find(|&i| i as u64 + 1 != leader).unwrap();
@@ -288,7 +186,7 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
 
     // Kill the meta leader: a new one is elected and the cluster keeps serving.
     let leader = eventually("a meta leader", Duration::from_secs(30), || {
-        leader_of(&meta_addrs)
+        meta_leader(&meta_addrs)
     })
     .await;
     metas[leader as usize - 1].kill();
@@ -299,7 +197,7 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
         .map(|(_, a)| a.clone())
         .collect();
     let new_leader = eventually("a new meta leader", Duration::from_secs(60), || async {
-        leader_of(&others).await.filter(|l| *l != leader)
+        meta_leader(&others).await.filter(|l| *l != leader)
     })
     .await;
     assert_ne!(new_leader, leader);

@@ -75,7 +75,7 @@ fn model(n: u64, deleted: &[u64]) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
-    let mut c = ProcCluster::start(1, 3, &[]).await;
+    let mut c = ProcCluster::start(1, 3, 3, &[]).await;
     let http = c.http.clone();
 
     // Phase 1: every node up. Every batch is acknowledged at once.
@@ -235,7 +235,7 @@ async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
 async fn a_node_gone_for_good_is_replaced_from_the_survivors() {
     // Four nodes, three replicas per partition: each partition has a node
     // to move to when one of its replicas is gone for good.
-    let mut c = ProcCluster::start(1, 4, &["--replace-after-ms", "4000"]).await;
+    let mut c = ProcCluster::start(1, 4, 3, &["--replace-after-ms", "4000"]).await;
     let http = c.http.clone();
     let mut next = 0u64;
     for _ in 0..6 {

@@ -53,6 +53,13 @@ impl From<sealion_format::Error> for Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// A stale epoch where the request's epoch is the older one.
+    pub fn is_older_epoch(&self) -> bool {
+        matches!(self, Error::StaleEpoch { request, known, .. } if request < known)
+    }
+}
+
 impl From<Error> for tonic::Status {
     fn from(e: Error) -> Self {
         let message = e.to_string();

@@ -221,9 +221,7 @@ async fn catch_up_loop(ctx: Arc<NodeContext>, interval: Duration) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        if let Err(e) = crate::replication::catch_up_once(&ctx).await {
-            tracing::warn!(error = %e, "catch-up failed");
-        }
+        crate::replication::catch_up_once(&ctx).await;
     }
 }
 

@@ -30,9 +30,9 @@ use sealion_common::proto::meta_command::Cmd;
 use sealion_common::proto::storage_client::StorageClient;
 use sealion_common::proto::{
     ClusterState, Column, DeleteRequest, InstallRequest, Partition, ReplicaChange, ResyncRequest,
-    ScanRequest, UpdateReplicas, WriteRequest,
+    ScanRequest, SealRequest, UpdateReplicas, WriteRequest,
 };
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::service::NodeContext;
 use crate::{Error, Result};
@@ -47,35 +47,31 @@ const INSTALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest gRPC message between storage nodes.
 const MAX_MESSAGE_BYTES: usize = crate::service::MAX_WRITE_BYTES + (1 << 20);
 
-/// gRPC channels to the other storage nodes, one per address.
+/// gRPC clients of the other storage nodes, over one channel per address.
 #[derive(Default)]
 pub struct Peers {
-    channels: std::sync::Mutex<HashMap<String, Channel>>,
+    channels: sealion_common::channels::Channels,
 }
 
 impl Peers {
     pub fn client(&self, addr: &str) -> Result<StorageClient<Channel>> {
-        let channel = {
-            let mut map = self
-                .channels
-                .lock()
-                .map_err(|_| Error::Internal("peer channel map poisoned".into()))?;
-            match map.get(addr) {
-                Some(c) => c.clone(),
-                None => {
-                    let c = Endpoint::from_shared(format!("http://{addr}"))
-                        .map_err(|e| Error::Internal(format!("bad storage address {addr}: {e}")))?
-                        .connect_timeout(Duration::from_secs(2))
-                        .tcp_nodelay(true)
-                        .connect_lazy();
-                    map.insert(addr.to_string(), c.clone());
-                    c
-                }
-            }
-        };
+        let channel = self
+            .channels
+            .channel(addr)
+            .map_err(|e| Error::Internal(e.to_string()))?;
         Ok(StorageClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+}
+
+impl Peers {
+    /// The client of storage node `node` at its address in `state`.
+    pub fn node(&self, state: &ClusterState, node: u64) -> Result<StorageClient<Channel>> {
+        let addr = sealion_common::catalog::node(state, node)
+            .map(|n| n.addr.clone())
+            .ok_or_else(|| Error::Internal(format!("storage node {node} is unknown")))?;
+        self.client(&addr)
     }
 }
 
@@ -137,38 +133,48 @@ fn partition(state: &ClusterState, pid: u64) -> Option<&Partition> {
     state.partitions.iter().find(|p| p.id == pid)
 }
 
+/// The first partition of `ids` that `me` does not lead in `state`, with
+/// the error that says so.
+fn not_led(state: &ClusterState, me: u64, ids: &[u64]) -> Option<Error> {
+    let partition_id = ids
+        .iter()
+        .copied()
+        .find(|pid| partition(state, *pid).and_then(|p| p.replicas.first()) != Some(&me))?;
+    Some(
+        if partition(state, partition_id).is_some_and(|p| p.replicas.contains(&me)) {
+            Error::NotPrimary {
+                partition_id,
+                node_id: me,
+            }
+        } else {
+            Error::NotHeld {
+                partition_id,
+                node_id: me,
+            }
+        },
+    )
+}
+
 /// The state in which this node is the primary of every partition of
-/// `ids`: the local copy when it says so, else meta's latest.
+/// `ids`: the local copy when it says so (and is not older than a replica
+/// change this node made itself), else meta's latest.
 async fn primary_view(ctx: &NodeContext, ids: &[u64]) -> Result<Arc<ClusterState>> {
-    let me = ctx.node_id();
-    let leads = |s: &ClusterState| -> Option<u64> {
-        ids.iter()
-            .copied()
-            .find(|pid| partition(s, *pid).and_then(|p| p.replicas.first()) != Some(&me))
-    };
     let state = ctx.meta.state();
     let current = ids
         .iter()
         .all(|pid| partition(&state, *pid).is_some_and(|p| p.epoch >= ctx.locks.floor(*pid)));
-    if current && leads(&state).is_none() {
+    if current && not_led(&state, ctx.node_id(), ids).is_none() {
         return Ok(state);
     }
+    primary_view_fresh(ctx, ids).await
+}
+
+/// As `primary_view`, always from meta's latest state.
+async fn primary_view_fresh(ctx: &NodeContext, ids: &[u64]) -> Result<Arc<ClusterState>> {
     let fresh = Arc::new(ctx.meta.get_state(true).await?.state.unwrap_or_default());
-    match leads(&fresh) {
+    match not_led(&fresh, ctx.node_id(), ids) {
         None => Ok(fresh),
-        Some(partition_id) => Err(
-            if partition(&fresh, partition_id).is_some_and(|p| p.replicas.contains(&me)) {
-                Error::NotPrimary {
-                    partition_id,
-                    node_id: me,
-                }
-            } else {
-                Error::NotHeld {
-                    partition_id,
-                    node_id: me,
-                }
-            },
-        ),
+        Some(e) => Err(e),
     }
 }
 
@@ -201,13 +207,10 @@ pub async fn check_backup(ctx: &NodeContext, epochs: &[(u64, u64)]) -> Result<()
         }
         Ok(())
     };
-    let state = ctx.meta.state();
-    match check(&state) {
+    match check(&ctx.meta.state()) {
         Ok(()) => return Ok(()),
         // This node is ahead of the sender: refuse without asking meta.
-        Err(Error::StaleEpoch { request, known, .. }) if request < known => {
-            return check(&state);
-        }
+        Err(e @ Error::StaleEpoch { .. }) if e.is_older_epoch() => return Err(e),
         Err(_) => {}
     }
     let fresh = ctx.meta.get_state(true).await?.state.unwrap_or_default();
@@ -325,11 +328,7 @@ where
         let mut calls = Vec::new();
         let mut failed: BTreeMap<u64, String> = BTreeMap::new();
         for (node, req) in forwards(&state, me, ids, &mut make) {
-            match sealion_common::catalog::node(&state, node)
-                .map(|n| n.addr.clone())
-                .ok_or_else(|| Error::Internal(format!("storage node {node} is unknown")))
-                .and_then(|addr| ctx.peers.client(&addr))
-            {
+            match ctx.peers.node(&state, node) {
                 Ok(client) => {
                     let fut = send(client, req);
                     calls.push(async move { (node, fut.await) });
@@ -360,20 +359,6 @@ where
     Err(Error::Unavailable(
         "the replica set kept changing during the write; retry it".into(),
     ))
-}
-
-async fn primary_view_fresh(ctx: &NodeContext, ids: &[u64]) -> Result<Arc<ClusterState>> {
-    let me = ctx.node_id();
-    let fresh = Arc::new(ctx.meta.get_state(true).await?.state.unwrap_or_default());
-    for pid in ids {
-        if partition(&fresh, *pid).and_then(|p| p.replicas.first()) != Some(&me) {
-            return Err(Error::NotPrimary {
-                partition_id: *pid,
-                node_id: me,
-            });
-        }
-    }
-    Ok(fresh)
 }
 
 /// A write from a router: apply it here and on every in-sync backup.
@@ -446,6 +431,34 @@ pub async fn primary_delete(ctx: &Arc<NodeContext>, req: DeleteRequest) -> Resul
     Ok(deleted)
 }
 
+/// As the primary of `ids` (partitions this node has just sealed), has
+/// their in-sync backups seal their copies too. Best effort: each replica's
+/// own sealer gets there anyway.
+pub async fn seal_backups(ctx: &NodeContext, state: &ClusterState, ids: &[u64]) {
+    let calls = forwards(state, ctx.node_id(), ids, |parts| SealRequest {
+        partition_ids: parts.iter().map(|(p, _)| *p).collect(),
+        ignore_idle: true,
+    })
+    .into_iter()
+    .map(|(node, req)| {
+        let client = ctx.peers.node(state, node);
+        async move {
+            let r = match client {
+                Ok(mut c) => c
+                    .seal(req)
+                    .await
+                    .map(|_| ())
+                    .map_err(|s| s.message().to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = r {
+                tracing::warn!(node, error = %e, "a backup did not seal its copy");
+            }
+        }
+    });
+    futures::future::join_all(calls).await;
+}
+
 fn encode_ipc(batches: &[RecordBatch]) -> Result<Vec<u8>> {
     let mut buf = Vec::new();
     if let Some(first) = batches.first() {
@@ -479,10 +492,7 @@ pub async fn resync(ctx: &Arc<NodeContext>, pid: u64, node: u64) -> Result<u64> 
     let table = sealion_common::catalog::table_by_id(&state, p.table_id)
         .ok_or_else(|| Error::Invalid(format!("table of partition {pid} is not in the catalog")))?;
     let columns: Vec<Column> = table.columns.clone();
-    let addr = sealion_common::catalog::node(&state, node)
-        .map(|n| n.addr.clone())
-        .ok_or_else(|| Error::Invalid(format!("storage node {node} is unknown")))?;
-    let mut client = ctx.peers.client(&addr)?;
+    let mut client = ctx.peers.node(&state, node)?;
 
     // Read the partition as a scan would (deletes applied, late rows
     // merged), in chunks, while the chunks before go out.
@@ -621,7 +631,7 @@ pub async fn install(ctx: &Arc<NodeContext>, req: InstallRequest) -> Result<()> 
 
 /// Asks the primary of every partition this node holds out of sync to
 /// resync it, one partition at a time.
-pub async fn catch_up_once(ctx: &Arc<NodeContext>) -> Result<usize> {
+pub async fn catch_up_once(ctx: &Arc<NodeContext>) -> usize {
     let me = ctx.node_id();
     let state = ctx.meta.state();
     let lagging: Vec<(u64, u64)> = state
@@ -632,11 +642,9 @@ pub async fn catch_up_once(ctx: &Arc<NodeContext>) -> Result<usize> {
         .collect();
     let mut done = 0;
     for (pid, primary) in lagging {
-        let Some(addr) = sealion_common::catalog::node(&state, primary).map(|n| n.addr.clone())
-        else {
+        let Ok(mut client) = ctx.peers.node(&state, primary) else {
             continue;
         };
-        let mut client = ctx.peers.client(&addr)?;
         match client
             .resync(ResyncRequest {
                 partition_id: pid,
@@ -658,5 +666,5 @@ pub async fn catch_up_once(ctx: &Arc<NodeContext>) -> Result<usize> {
             }
         }
     }
-    Ok(done)
+    done
 }

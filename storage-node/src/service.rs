@@ -502,50 +502,14 @@ impl Storage for StorageService {
             };
             results.push(result);
         }
-        // As the primary, have the in-sync backups seal their copies too
-        // (best effort: each replica's own sealer would get there anyway).
-        let me = self.ctx.node_id();
+        // As the primary, have the in-sync backups seal their copies too.
         let sealed_here: Vec<u64> = results
             .iter()
             .filter(|r| matches!(r.outcome.as_str(), "sealed" | "resealed" | "already_sealed"))
             .map(|r| r.partition_id)
             .filter(|pid| self.ctx.is_primary(*pid))
             .collect();
-        let mut by_backup: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
-        for p in state
-            .partitions
-            .iter()
-            .filter(|p| sealed_here.contains(&p.id))
-        {
-            for n in p.in_sync.iter().filter(|n| **n != me) {
-                by_backup.entry(*n).or_default().push(p.id);
-            }
-        }
-        let mut calls = Vec::new();
-        for (node, ids) in by_backup {
-            let Some(addr) = sealion_common::catalog::node(&state, node).map(|n| n.addr.clone())
-            else {
-                continue;
-            };
-            let client = self.ctx.peers.client(&addr);
-            calls.push(async move {
-                let r = match client {
-                    Ok(mut c) => c
-                        .seal(SealRequest {
-                            partition_ids: ids,
-                            ignore_idle: true,
-                        })
-                        .await
-                        .map(|_| ())
-                        .map_err(|s| s.message().to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                if let Err(e) = r {
-                    tracing::warn!(node, error = %e, "a backup did not seal its copy");
-                }
-            });
-        }
-        futures::future::join_all(calls).await;
+        crate::replication::seal_backups(&self.ctx, &state, &sealed_here).await;
         Ok(Response::new(SealReply { results }))
     }
 

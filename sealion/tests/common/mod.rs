@@ -573,21 +573,22 @@ pub async fn start_cluster(storage: usize) -> LocalCluster {
     }
 }
 
-/// Separate processes on loopback: `metas` meta replicas (RF 3, a storage
-/// node down after 2 s of silence, plus `meta_args`), `n` storage nodes
-/// (heartbeats every 300 ms) and one query node. `start` returns once every
-/// storage node is up.
+/// Separate processes on loopback: `metas` meta replicas (replication
+/// factor `rf`, a storage node down after 2 s of silence, plus `meta_args`),
+/// `n` storage nodes (heartbeats every 300 ms) and one query node. `start`
+/// returns once every storage node is up.
 pub struct ProcCluster {
     pub metas: Vec<Proc>,
     pub meta_addrs: Vec<String>,
     pub storages: Vec<Proc>,
     pub query: Proc,
     pub http: Http,
+    pub pg_addr: String,
     pub _dir: tempfile::TempDir,
 }
 
 impl ProcCluster {
-    pub async fn start(metas: usize, n: usize, meta_args: &[&str]) -> ProcCluster {
+    pub async fn start(metas: usize, n: usize, rf: usize, meta_args: &[&str]) -> ProcCluster {
         let dir = tempfile::tempdir().unwrap();
         let logs = dir.path();
         let meta_addrs: Vec<String> = (0..metas)
@@ -610,7 +611,7 @@ impl ProcCluster {
                 "--node-timeout-ms".into(),
                 "2000".into(),
                 "--replication-factor".into(),
-                "3".into(),
+                rf.to_string(),
             ];
             if i == 0 {
                 args.push("--bootstrap".into());
@@ -644,6 +645,7 @@ impl ProcCluster {
             })
             .collect();
         let http_addr = format!("127.0.0.1:{}", free_port());
+        let pg_addr = format!("127.0.0.1:{}", free_port());
         let query = Proc::start(
             "query",
             &[
@@ -651,7 +653,7 @@ impl ProcCluster {
                 "--http-addr".into(),
                 http_addr.clone(),
                 "--pg-addr".into(),
-                format!("127.0.0.1:{}", free_port()),
+                pg_addr.clone(),
                 "--meta".into(),
                 meta_list.clone(),
             ],
@@ -684,6 +686,7 @@ impl ProcCluster {
             storages,
             query,
             http,
+            pg_addr,
             _dir: dir,
         }
     }
@@ -717,4 +720,40 @@ impl ProcCluster {
             .position(|p| p.args.contains(&addr))
             .unwrap()
     }
+}
+
+/// The meta leader's id, as the first meta replica of `addrs` that knows
+/// one says.
+pub async fn meta_leader(addrs: &[String]) -> Option<u64> {
+    use sealion_proto::MetaClusterRequest;
+    use sealion_proto::meta_client::MetaClient;
+    for a in addrs {
+        if let Ok(mut c) = MetaClient::connect(format!("http://{a}")).await
+            && let Ok(r) = c.cluster_info(MetaClusterRequest {}).await
+        {
+            let r = r.into_inner();
+            if r.leader_id != 0 {
+                return Some(r.leader_id);
+            }
+        }
+    }
+    None
+}
+
+/// Some when the meta leader counts `n` voters (a replica joins as a
+/// learner first; killing one before the others vote can leave no quorum).
+pub async fn meta_voters(addrs: &[String], n: usize) -> Option<()> {
+    use sealion_proto::MetaClusterRequest;
+    use sealion_proto::meta_client::MetaClient;
+    for a in addrs {
+        if let Ok(mut c) = MetaClient::connect(format!("http://{a}")).await
+            && let Ok(r) = c.cluster_info(MetaClusterRequest {}).await
+        {
+            let r = r.into_inner();
+            if r.leader_id != 0 && r.node_id == r.leader_id {
+                return (r.members.iter().filter(|m| m.voter).count() == n).then_some(());
+            }
+        }
+    }
+    None
 }
