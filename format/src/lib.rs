@@ -5,12 +5,14 @@
 //!   the Arrow batch builder that both scans share;
 //! - [`columnar`]: the page codecs (delta-of-delta, frame of reference,
 //!   Gorilla, dictionary, runs, bitmaps) with their CRC32C framing;
-//! - [`sealed`]: the sealed partition file and its directory.
+//! - [`sealed`]: the sealed partition file and its directory;
+//! - [`digest`]: a digest of a partition's rows that replicas compare.
 //!
 //! Every decoder here takes untrusted bytes: a corrupt input is an error that
 //! names what was wrong, never a panic and never a wrong value.
 
 pub mod columnar;
+pub mod digest;
 pub mod error;
 pub mod rows;
 pub mod scan;

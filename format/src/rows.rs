@@ -196,6 +196,28 @@ pub fn decode_fields(value: &[u8]) -> Option<Vec<(&str, Value)>> {
     Some(out)
 }
 
+/// Calls `f(name, type, payload)` for each field of a row value, in the
+/// order stored; false when the value is malformed.
+pub fn for_each_field(value: &[u8], mut f: impl FnMut(&str, u8, &[u8])) -> bool {
+    let mut r = Reader { buf: value };
+    if r.u8() != Some(ROW_FORMAT_V1) {
+        return false;
+    }
+    while !r.buf.is_empty() {
+        let Some(name) = r.str16() else { return false };
+        let Some(ty) = r.u8() else { return false };
+        let payload = match ty {
+            T_F64 | T_I64 | T_U64 => r.take(8),
+            T_BOOL => r.take(1),
+            T_STR => r.u32().and_then(|n| r.take(n)),
+            _ => None,
+        };
+        let Some(payload) = payload else { return false };
+        f(name, ty, payload);
+    }
+    true
+}
+
 /// How one batch column maps onto the table.
 struct Source<'a> {
     column: &'a Column,

@@ -87,11 +87,31 @@ impl Liveness {
     }
 }
 
+/// How far over the mean replica count per node a node may be filled by new
+/// placements (the bound of consistent hashing with bounded loads).
+pub const LOAD_BOUND: f64 = 1.25;
+
+/// A node's rank for a partition key in rendezvous (highest random weight)
+/// hashing: every key ranks all nodes in its own pseudo-random order, so a
+/// node that joins or leaves changes only the keys it ranks first.
+fn rank(table_id: u64, start_ns: i64, node: u64) -> u64 {
+    use std::hash::Hasher;
+    let mut h = twox_hash::XxHash64::with_seed(0x5ea1_10d1_9a1c_0001);
+    h.write(&table_id.to_le_bytes());
+    h.write(&start_ns.to_le_bytes());
+    h.write(&node.to_le_bytes());
+    h.finish()
+}
+
 /// Fills `cmd.placements` for every requested start that has no partition
-/// yet: `replication_factor` distinct nodes (capped at the number of nodes),
-/// nodes that are up first, then those holding the fewest replicas, then by
-/// id. Starts that `apply` will refuse anyway (no table, misaligned) are left
-/// alone so that the refusal comes from the state machine.
+/// yet, by consistent hashing with bounded loads: `replication_factor`
+/// distinct nodes (capped at the number of nodes), taken in the key's
+/// rendezvous order among the nodes that are up and hold fewer than
+/// `LOAD_BOUND` times the mean number of replicas; when those are too few,
+/// the key's order among the rest fills the set (nodes that are up first).
+/// The primary is the chosen node that is up and leads the fewest. Starts
+/// that `apply` will refuse anyway (no table, misaligned) are left alone so
+/// that the refusal comes from the state machine.
 pub fn place(
     state: &ClusterState,
     cmd: &mut EnsurePartitions,
@@ -127,10 +147,12 @@ pub fn place(
         ));
     }
     let mut load: HashMap<u64, usize> = state.nodes.iter().map(|n| (n.id, 0)).collect();
+    let mut total = 0usize;
     for p in &state.partitions {
         for r in &p.replicas {
             if let Some(c) = load.get_mut(r) {
                 *c += 1;
+                total += 1;
             }
         }
     }
@@ -143,25 +165,35 @@ pub fn place(
         }
     }
     let up: HashMap<u64, bool> = state.nodes.iter().map(|n| (n.id, is_up(n.id))).collect();
-    let rf = replication_factor.clamp(1, state.nodes.len());
+    let is_up = |id: &u64| up.get(id).copied().unwrap_or(false);
+    let nodes = state.nodes.len();
+    let rf = replication_factor.clamp(1, nodes);
     for start in missing {
-        let mut candidates: Vec<u64> = state.nodes.iter().map(|n| n.id).collect();
-        candidates.sort_by_key(|id| {
-            (
-                !up.get(id).copied().unwrap_or(false),
-                load.get(id).copied().unwrap_or(0),
-                *id,
-            )
-        });
-        candidates.truncate(rf);
+        total += rf;
+        let cap = (LOAD_BOUND * total as f64 / nodes as f64).ceil() as usize;
+        let mut order: Vec<u64> = state.nodes.iter().map(|n| n.id).collect();
+        order.sort_by_key(|id| std::cmp::Reverse(rank(cmd.table_id, start, *id)));
+        let under = |id: &u64| load.get(id).copied().unwrap_or(0) < cap;
+        let mut candidates: Vec<u64> = Vec::with_capacity(rf);
+        for pass in 0..3 {
+            for id in &order {
+                if candidates.len() == rf {
+                    break;
+                }
+                let fits = match pass {
+                    0 => is_up(id) && under(id),
+                    1 => is_up(id),
+                    _ => true,
+                };
+                if fits && !candidates.contains(id) {
+                    candidates.push(*id);
+                }
+            }
+        }
         // The primary: the chosen node that is up and leads the fewest.
         if let Some(best) = (0..candidates.len()).min_by_key(|&i| {
             let id = candidates[i];
-            (
-                !up.get(&id).copied().unwrap_or(false),
-                led.get(&id).copied().unwrap_or(0),
-                i,
-            )
+            (!is_up(&id), led.get(&id).copied().unwrap_or(0), i)
         }) {
             candidates[..=best].rotate_right(1);
         }
@@ -315,16 +347,65 @@ mod tests {
     }
 
     #[test]
-    fn spreads_new_partitions_over_the_least_loaded_nodes() {
-        let s = state(&[1, 2, 3], &[(0, vec![1]), (10, vec![1]), (20, vec![2])]);
-        let mut cmd = ensure(vec![30, 40, 20]);
-        place(&s, &mut cmd, |_| true, 1).unwrap();
-        let got: Vec<(i64, Vec<u64>)> = cmd
-            .placements
-            .iter()
-            .map(|p| (p.start_ns, p.replicas.clone()))
-            .collect();
-        assert_eq!(got, vec![(30, vec![3]), (40, vec![2])]);
+    fn new_partitions_stay_within_the_load_bound() {
+        let nodes: Vec<u64> = (1..=5).collect();
+        let mut s = state(&nodes, &[]);
+        for round in 0..4 {
+            let starts: Vec<i64> = (0..15).map(|i| (round * 15 + i) * 10).collect();
+            let mut cmd = ensure(starts);
+            place(&s, &mut cmd, |_| true, 3).unwrap();
+            for p in cmd.placements {
+                let mut r = p.replicas.clone();
+                r.sort_unstable();
+                r.dedup();
+                assert_eq!(r.len(), 3, "three distinct nodes: {:?}", p.replicas);
+                s.partitions.push(Partition {
+                    table_id: 1,
+                    start_ns: p.start_ns,
+                    end_ns: p.start_ns + 10,
+                    replicas: p.replicas,
+                    ..Default::default()
+                });
+            }
+        }
+        let total = s.partitions.len() * 3;
+        let cap = (LOAD_BOUND * total as f64 / nodes.len() as f64).ceil() as usize;
+        for n in &nodes {
+            let held = s.partitions.iter().filter(|p| p.replicas.contains(n)).count();
+            assert!(held <= cap, "node {n} holds {held}, over the bound {cap}");
+            let led = s.partitions.iter().filter(|p| p.replicas[0] == *n).count();
+            assert!(led >= 10, "node {n} leads {led} of 60");
+        }
+    }
+
+    #[test]
+    fn a_node_leaving_moves_only_the_keys_it_held() {
+        // With nothing placed yet the bound does not bind, and each key's
+        // set is its rendezvous order: taking away a node it does not use
+        // changes nothing for it.
+        let all: Vec<u64> = (1..=8).collect();
+        let mut moved = 0;
+        for start in (0..200).map(|i| i * 10) {
+            let placed = |nodes: &[u64]| {
+                let mut cmd = ensure(vec![start]);
+                place(&state(nodes, &[]), &mut cmd, |_| true, 3).unwrap();
+                let mut r = cmd.placements[0].replicas.clone();
+                r.sort_unstable();
+                r
+            };
+            let before = placed(&all);
+            let without: Vec<u64> = all.iter().copied().filter(|n| *n != 8).collect();
+            let after = placed(&without);
+            if before.contains(&8) {
+                moved += 1;
+                let kept: Vec<u64> = before.iter().copied().filter(|n| *n != 8).collect();
+                assert!(kept.iter().all(|n| after.contains(n)), "{before:?} -> {after:?}");
+            } else {
+                assert_eq!(before, after, "start {start}");
+            }
+        }
+        // About 3/8 of the keys used node 8.
+        assert!((40..110).contains(&moved), "{moved} of 200 keys held node 8");
     }
 
     #[test]
@@ -336,7 +417,9 @@ mod tests {
 
         let mut cmd = ensure(vec![0]);
         place(&s, &mut cmd, |_| true, 5).unwrap();
-        assert_eq!(cmd.placements[0].replicas, vec![1, 2]);
+        let mut r = cmd.placements[0].replicas.clone();
+        r.sort_unstable();
+        assert_eq!(r, vec![1, 2]);
     }
 
     #[test]

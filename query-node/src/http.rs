@@ -58,6 +58,9 @@ fn database(params: &HashMap<String, String>) -> String {
         .unwrap_or_else(|| sealion_common::catalog::DEFAULT_DATABASE.to_string())
 }
 
+/// Longest `?batch_id=` of a write (storage nodes hold the same limit).
+const MAX_BATCH_ID_BYTES: usize = 128;
+
 async fn write(
     State(ctx): State<Arc<QueryContext>>,
     Query(params): Query<HashMap<String, String>>,
@@ -75,7 +78,14 @@ async fn write(
     if let Err(e) = sealion_common::catalog::validate_name("database", &db) {
         return error_response(&e.into());
     }
-    match lineproto::write(&ctx.shared, &db, text, precision).await {
+    let batch_id = params.get("batch_id").map_or("", |s| s.as_str());
+    if batch_id.len() > MAX_BATCH_ID_BYTES {
+        return error_response(&Error::Invalid(format!(
+            "batch_id of {} bytes is over the limit of {MAX_BATCH_ID_BYTES}",
+            batch_id.len()
+        )));
+    }
+    match lineproto::write(&ctx.shared, &db, text, precision, batch_id.as_bytes()).await {
         Ok(outcome) if outcome.rejected.is_empty() => StatusCode::NO_CONTENT.into_response(),
         Ok(outcome) => {
             metrics::counter!("sealion_http_lines_rejected_total")
@@ -369,6 +379,7 @@ async fn admin_seal(
                 .seal(sealion_common::proto::SealRequest {
                     partition_ids: ids,
                     ignore_idle: true,
+                    ..Default::default()
                 })
                 .await
                 .map_err(|s| {

@@ -402,12 +402,14 @@ fn build_batch(table: &Table, rows: &[Row]) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema, arrays)?)
 }
 
-/// Stores the lines of `body` in database `db`.
+/// Stores the lines of `body` in database `db`. `batch_id` (empty for none)
+/// names the body: a retry of it with the same id is applied once.
 pub async fn write(
     shared: &Shared,
     db: &str,
     body: &str,
     precision: Precision,
+    batch_id: &[u8],
 ) -> Result<WriteOutcome> {
     let now_ns = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0);
     let mut outcome = WriteOutcome::default();
@@ -473,7 +475,7 @@ pub async fn write(
             continue;
         }
         let batch = build_batch(&table, &rows)?;
-        outcome.rows_written += shared.router.write(&table, batch).await?;
+        outcome.rows_written += shared.router.write_batch(&table, batch, batch_id).await?;
     }
     outcome.rejected.sort_by_key(|e| e.line);
     Ok(outcome)

@@ -88,6 +88,18 @@ impl WriteRouter {
     /// Writes `batch`, whose columns are named after `table`'s columns and
     /// include its time column. Returns the number of rows written.
     pub async fn write(&self, table: &Table, batch: RecordBatch) -> Result<u64> {
+        self.write_batch(table, batch, &[]).await
+    }
+
+    /// [`WriteRouter::write`] of a batch the client named `batch_id` (empty
+    /// for none): a partition that has applied a batch of that id skips it,
+    /// so a client retrying an unanswered write gets it applied once.
+    pub async fn write_batch(
+        &self,
+        table: &Table,
+        batch: RecordBatch,
+        batch_id: &[u8],
+    ) -> Result<u64> {
         if batch.num_rows() == 0 {
             return Ok(0);
         }
@@ -155,7 +167,9 @@ impl WriteRouter {
         let mut state = self.meta.state();
         let mut written = 0;
         for attempt in 0..WRITE_ROUTE_ATTEMPTS {
-            let (w, refused) = self.send_to_primaries(&state, table, pending).await?;
+            let (w, refused) = self
+                .send_to_primaries(&state, table, pending, batch_id)
+                .await?;
             written += w;
             if refused.is_empty() {
                 metrics::counter!("sealion_query_rows_routed_total").increment(written);
@@ -182,6 +196,7 @@ impl WriteRouter {
         state: &sealion_common::proto::ClusterState,
         table: &Table,
         parts: Vec<PartitionRows>,
+        batch_id: &[u8],
     ) -> Result<(u64, Vec<PartitionRows>)> {
         let mut by_node: BTreeMap<u64, Vec<PartitionRows>> = BTreeMap::new();
         for part in parts {
@@ -213,6 +228,7 @@ impl WriteRouter {
                 columns: columns.clone(),
                 partitions: parts.clone(),
                 replicated: false,
+                batch_id: batch_id.to_vec(),
             });
             req.set_timeout(WRITE_TIMEOUT);
             calls.push(async move {
@@ -252,25 +268,41 @@ impl WriteRouter {
     }
 
     /// The partitions of `table` that start at `starts`, created if missing.
+    /// When one of them holds the present, the one after it is created too,
+    /// ahead of the data: writes crossing into the next interval find it
+    /// placed. (Only a write does this, so a table nobody writes stops
+    /// growing partitions.)
     async fn partitions_for(&self, table: &Table, starts: Vec<i64>) -> Result<Vec<Partition>> {
+        let now_ns = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+        let mut wanted = starts.clone();
+        for s in &starts {
+            let end = partition_end(*s, table.partition_interval_ns);
+            if *s <= now_ns && now_ns < end && end < i64::MAX && !wanted.contains(&end) {
+                wanted.push(end);
+            }
+        }
         let state = self.meta.state();
-        let existing: Vec<Partition> = state
-            .partitions
-            .iter()
-            .filter(|p| p.table_id == table.id && starts.contains(&p.start_ns))
-            .cloned()
-            .collect();
-        if existing.len() == starts.len() {
-            return Ok(existing);
+        let present = |p: &Partition| p.table_id == table.id && wanted.contains(&p.start_ns);
+        if state.partitions.iter().filter(|p| present(p)).count() == wanted.len() {
+            return Ok(state
+                .partitions
+                .iter()
+                .filter(|p| p.table_id == table.id && starts.contains(&p.start_ns))
+                .cloned()
+                .collect());
         }
         let reply = self
             .meta
             .propose(Cmd::EnsurePartitions(EnsurePartitions {
                 table_id: table.id,
-                starts_ns: starts,
+                starts_ns: wanted,
                 placements: vec![],
             }))
             .await?;
-        Ok(reply.partitions)
+        Ok(reply
+            .partitions
+            .into_iter()
+            .filter(|p| starts.contains(&p.start_ns))
+            .collect())
     }
 }

@@ -1,25 +1,32 @@
-//! A Jepsen-style chaos run against separate processes: 3 meta replicas, 3
-//! storage nodes (RF 3) and a query node on loopback.
+//! A Jepsen-style chaos run, against separate processes on loopback (3
+//! meta replicas, 3 storage nodes with RF 3, a query node) and against the
+//! compose cluster (the same, plus a second query node, as containers).
 //!
 //! Clients write rows that are unique by (client, id) and record each
 //! batch as acknowledged (204), failed (any other answer) or unknown (no
 //! answer). Meanwhile a nemesis, driven by a seeded random schedule, does
-//! one fault at a time: SIGKILL a storage node and restart it, SIGSTOP a
-//! storage node and SIGCONT it, SIGKILL the meta leader and restart it, or
-//! restart every process. After the run everything is healed, the cluster
-//! must bring every replica back in sync, and a checker reads all rows:
-//! every acknowledged row is present exactly once, no row appears that was
-//! never written, and the replicas of each partition hold the same number
-//! of rows.
+//! one fault at a time: kill a storage node (SIGKILL) and restart it, pause
+//! one (SIGSTOP, or the container's freezer) and resume it, kill the meta
+//! leader and restart it, restart every storage node, and in the compose
+//! cluster cut a storage node or the meta leader off the network and
+//! reconnect it. After the run everything is healed, the cluster must bring
+//! every replica back in sync, and a checker reads all rows: every
+//! acknowledged row is present exactly once, no row appears that was never
+//! written, and the replicas of each partition hold the same number of
+//! rows.
 //!
 //! `SEALION_CHAOS_SECONDS` (default 20) sets the length of the fault
 //! phase and `SEALION_CHAOS_SEED` the schedule (default: a fixed one); the
 //! seed, the schedule and a summary table are printed. The long run, with a
-//! new seed each time, is `chaos/run.sh`.
+//! new seed each time, is `chaos/run.sh`. The compose run is ignored by a
+//! plain `cargo test` (it needs a Docker engine and the image that
+//! deploy/build-image.sh makes); `scripts/test.sh` runs it where Docker is.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "chaos/compose.rs"]
+mod compose;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -82,8 +89,146 @@ async fn client_loop(
     log
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_every_acknowledged_row_survives() {
+/// What the nemesis acts on.
+enum Cluster {
+    Procs(ProcCluster),
+    Compose(compose::Compose),
+}
+
+impl Cluster {
+    /// The query node client `client` writes through.
+    fn http(&self, client: u64) -> Http {
+        match self {
+            Cluster::Procs(c) => c.http.clone(),
+            Cluster::Compose(c) => c.http[(client % 2) as usize].clone(),
+        }
+    }
+
+    /// The query node the checker reads through.
+    fn checker(&self) -> Http {
+        self.http(0)
+    }
+
+    /// Draws one fault, does it, holds it and heals it; returns what it was.
+    async fn fault(&mut self, rng: &mut Rng) -> String {
+        let hold = rng.millis(1_000, 4_000);
+        match self {
+            Cluster::Procs(c) => match rng.below(10) {
+                0..=3 => {
+                    let i = rng.below(3) as usize;
+                    c.storages[i].kill();
+                    tokio::time::sleep(hold).await;
+                    c.storages[i].restart();
+                    format!("SIGKILL storage-{} for {hold:?}", i + 1)
+                }
+                4..=6 => {
+                    let i = rng.below(3) as usize;
+                    c.storages[i].pause();
+                    tokio::time::sleep(hold).await;
+                    c.storages[i].resume();
+                    format!("SIGSTOP storage-{} for {hold:?}", i + 1)
+                }
+                7..=8 => match meta_leader(&c.meta_addrs).await {
+                    Some(leader) => {
+                        c.metas[leader as usize - 1].kill();
+                        tokio::time::sleep(hold).await;
+                        c.metas[leader as usize - 1].restart();
+                        format!("SIGKILL meta leader meta-{leader} for {hold:?}")
+                    }
+                    None => "(no meta leader to kill)".into(),
+                },
+                _ => {
+                    for s in c.storages.iter_mut() {
+                        s.kill();
+                    }
+                    for s in c.storages.iter_mut() {
+                        s.restart();
+                    }
+                    "restart every storage node".into()
+                }
+            },
+            Cluster::Compose(c) => {
+                let storage = format!("storage{}", rng.below(3) + 1);
+                // Cuts last long enough, at times, for meta to mark the
+                // node down (5 s without a heartbeat).
+                let long = rng.millis(2_000, 8_000);
+                match rng.below(12) {
+                    0..=2 => {
+                        c.kill(&storage);
+                        tokio::time::sleep(hold).await;
+                        c.start_again(&storage);
+                        format!("docker kill -s KILL {storage} for {hold:?}")
+                    }
+                    3..=4 => {
+                        c.pause(&storage);
+                        tokio::time::sleep(hold).await;
+                        c.resume(&storage);
+                        format!("docker pause {storage} for {hold:?}")
+                    }
+                    5..=6 => match c.meta_leader().await {
+                        Some(leader) => {
+                            let meta = format!("meta{leader}");
+                            c.kill(&meta);
+                            tokio::time::sleep(hold).await;
+                            c.start_again(&meta);
+                            format!("docker kill -s KILL {meta} (the leader) for {hold:?}")
+                        }
+                        None => "(no meta leader to kill)".into(),
+                    },
+                    7..=9 => {
+                        c.cut(&storage);
+                        tokio::time::sleep(long).await;
+                        c.reconnect(&storage);
+                        format!("cut {storage} off the network for {long:?}")
+                    }
+                    10 => match c.meta_leader().await {
+                        Some(leader) => {
+                            let meta = format!("meta{leader}");
+                            c.cut(&meta);
+                            tokio::time::sleep(long).await;
+                            c.reconnect(&meta);
+                            format!("cut {meta} (the leader) off the network for {long:?}")
+                        }
+                        None => "(no meta leader to cut off)".into(),
+                    },
+                    _ => {
+                        for i in 1..=3 {
+                            c.kill(&format!("storage{i}"));
+                        }
+                        for i in 1..=3 {
+                            c.start_again(&format!("storage{i}"));
+                        }
+                        "kill and start every storage container".into()
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every process or container running, resumed and connected.
+    fn heal(&mut self) {
+        match self {
+            Cluster::Procs(c) => {
+                for p in c.metas.iter_mut().chain(c.storages.iter_mut()) {
+                    if !p.running() {
+                        p.restart();
+                    }
+                    p.resume();
+                }
+            }
+            Cluster::Compose(c) => c.heal(),
+        }
+    }
+
+    fn dump(&self) {
+        match self {
+            Cluster::Procs(c) => c.dump(),
+            Cluster::Compose(c) => c.dump(),
+        }
+    }
+}
+
+fn seconds_and_seed() -> (u64, u64) {
     let seconds: u64 = std::env::var("SEALION_CHAOS_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -94,13 +239,32 @@ async fn chaos_every_acknowledged_row_survives() {
         // A fixed schedule by default, so the short run in CI is the same
         // every time; chaos/run.sh draws a new seed for each long run.
         .unwrap_or(42_885);
-    println!("chaos: seed {seed}, {seconds} s of faults");
-    let mut rng = Rng(seed);
-    let mut c = ProcCluster::start(3, 3, 3, &[]).await;
+    (seconds, seed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_every_acknowledged_row_survives() {
+    let (seconds, seed) = seconds_and_seed();
+    println!("chaos against processes: seed {seed}, {seconds} s of faults");
+    let c = ProcCluster::start(3, 3, 3, &[]).await;
     eventually("three meta voters", Duration::from_secs(60), || {
         meta_voters(&c.meta_addrs, 3)
     })
     .await;
+    run_chaos(Cluster::Procs(c), seed, seconds).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine and the sealion:local image; scripts/test.sh runs it"]
+async fn chaos_against_the_compose_cluster_every_acknowledged_row_survives() {
+    let (seconds, seed) = seconds_and_seed();
+    println!("chaos against the compose cluster: seed {seed}, {seconds} s of faults");
+    let c = compose::Compose::start().await;
+    run_chaos(Cluster::Compose(c), seed, seconds).await;
+}
+
+async fn run_chaos(mut c: Cluster, seed: u64, seconds: u64) {
+    let mut rng = Rng(seed);
     let day = 86_400_000_000_000i64;
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -110,7 +274,7 @@ async fn chaos_every_acknowledged_row_survives() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..CLIENTS)
-        .map(|i| tokio::spawn(client_loop(c.http.clone(), i, base_ns, stop.clone())))
+        .map(|i| tokio::spawn(client_loop(c.http(i), i, base_ns, stop.clone())))
         .collect();
 
     // The nemesis: one fault at a time, healed before the next.
@@ -119,43 +283,8 @@ async fn chaos_every_acknowledged_row_survives() {
     while started.elapsed() < Duration::from_secs(seconds) {
         tokio::time::sleep(rng.millis(1_000, 3_000)).await;
         let at = started.elapsed().as_secs_f64();
-        let hold = rng.millis(1_000, 4_000);
-        match rng.below(10) {
-            0..=3 => {
-                let i = rng.below(3) as usize;
-                schedule.push(format!("{at:6.1}s  SIGKILL storage-{} for {hold:?}", i + 1));
-                c.storages[i].kill();
-                tokio::time::sleep(hold).await;
-                c.storages[i].restart();
-            }
-            4..=6 => {
-                let i = rng.below(3) as usize;
-                schedule.push(format!("{at:6.1}s  SIGSTOP storage-{} for {hold:?}", i + 1));
-                c.storages[i].pause();
-                tokio::time::sleep(hold).await;
-                c.storages[i].resume();
-            }
-            7..=8 => match meta_leader(&c.meta_addrs).await {
-                Some(leader) => {
-                    schedule.push(format!(
-                        "{at:6.1}s  SIGKILL meta leader meta-{leader} for {hold:?}"
-                    ));
-                    c.metas[leader as usize - 1].kill();
-                    tokio::time::sleep(hold).await;
-                    c.metas[leader as usize - 1].restart();
-                }
-                None => schedule.push(format!("{at:6.1}s  (no meta leader to kill)")),
-            },
-            _ => {
-                schedule.push(format!("{at:6.1}s  restart every storage node"));
-                for s in c.storages.iter_mut() {
-                    s.kill();
-                }
-                for s in c.storages.iter_mut() {
-                    s.restart();
-                }
-            }
-        }
+        let what = c.fault(&mut rng).await;
+        schedule.push(format!("{at:6.1}s  {what}"));
     }
     stop.store(true, Ordering::Relaxed);
     let mut attempts: HashMap<(u64, u64), Outcome> = HashMap::new();
@@ -174,23 +303,17 @@ async fn chaos_every_acknowledged_row_survives() {
     }
 
     // Heal: every process running, every replica back in sync.
-    for p in c.metas.iter_mut().chain(c.storages.iter_mut()) {
-        if !p.running() {
-            p.restart();
-        }
-        p.resume();
-    }
+    c.heal();
+    let http = c.checker();
     let healed = tokio::time::timeout(Duration::from_secs(120), async {
         loop {
-            let (s, b) = c
-                .http
+            let (s, b) = http
                 .sql(
                     "public",
                     "SELECT bool_and(in_sync), count(*) FROM system.partitions WHERE table_name = 'chaos'",
                 )
                 .await;
-            let (s2, up) = c
-                .http
+            let (s2, up) = http
                 .sql("public", "SELECT count(*) FROM system.nodes WHERE state = 'up'")
                 .await;
             if s == 200 && b["rows"][0][0] == true && s2 == 200 && up["rows"][0][0] == 3 {
@@ -207,7 +330,7 @@ async fn chaos_every_acknowledged_row_survives() {
 
     // Check: read every row back.
     let rows = eventually("a full read", Duration::from_secs(60), || async {
-        let (s, b) = c.http.sql("public", "SELECT c, id FROM chaos").await;
+        let (s, b) = http.sql("public", "SELECT c, id FROM chaos").await;
         (s == 200).then(|| b["rows"].as_array().unwrap().clone())
     })
     .await;
@@ -225,8 +348,7 @@ async fn chaos_every_acknowledged_row_survives() {
     let duplicated: Vec<(&(u64, u64), &usize)> = seen.iter().filter(|(_, n)| **n > 1).collect();
     let unexpected: Vec<&(u64, u64)> = seen.keys().filter(|k| !attempts.contains_key(k)).collect();
     let present_unacked = seen.keys().filter(|k| !acked.contains(k)).count();
-    let replicas = c
-        .http
+    let replicas = http
         .rows(
             "public",
             "SELECT partition_id, min(rows), max(rows), count(*) FROM system.partitions \

@@ -128,6 +128,25 @@ async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
     assert!(sealed.iter().all(|o| o == "sealed"), "{sealed:?}");
     assert_eq!(count_and_sum(&http).await, Some(model(next, &deleted)));
 
+    // A batch with an id, then a newer write of the same row without one.
+    // The batch's retry (after the failover below, on another primary) must
+    // not bring the old value back.
+    let once_t = base_ns() + 3_600_000_000_000;
+    let (status, body) = http
+        .write_batch("public", format!("w,k=once v=1i {once_t}\n"), Some("batch-once"))
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let (status, body) = http
+        .write("public", format!("w,k=once v=2i {once_t}\n"))
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let too_long = "x".repeat(129);
+    let (status, body) = http
+        .write_batch("public", format!("w,k=once v=3i {once_t}\n"), Some(&too_long))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("batch_id"), "{body}");
+
     // Phase 2: kill the primary of the first partition with SIGKILL while
     // writing. Writes to partitions it leads fail until meta promotes a
     // backup; writes where it is a backup go on without it.
@@ -147,6 +166,15 @@ async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
         next += BATCH;
     }
     eprintln!("attempts with an unknown outcome while node {victim_id} was down: {unknown}");
+    // The retried batch is applied once: the promoted primary knows the id.
+    let (status, body) = http
+        .write_batch("public", format!("w,k=once v=1i {once_t}\n"), Some("batch-once"))
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let once = http.rows("public", "SELECT v FROM w WHERE k = 'once'").await;
+    assert_eq!(once, vec![vec![serde_json::json!(2)]], "the retry undid a newer write");
+    let (status, body) = http.sql("public", "DELETE FROM w WHERE k = 'once'").await;
+    assert_eq!(status, 200, "{body}");
     assert_eq!(count_and_sum(&http).await, Some(model(next, &deleted)));
     let out = http
         .rows(
@@ -334,4 +362,141 @@ async fn a_node_gone_for_good_is_replaced_from_the_survivors() {
             "node {newcomer} alone did not answer the first day ({want_first:?}); all: {want:?}"
         );
     }
+}
+
+/// Waits until every replica of table `w` is in sync and the replicas of
+/// each partition report the same row count; the per-partition
+/// (epoch, rows) then.
+async fn settled(c: &ProcCluster, within: Duration) -> Vec<(u64, u64)> {
+    let http = &c.http;
+    let done = tokio::time::timeout(within, async {
+        loop {
+            let (s, b) = http
+                .sql(
+                    "public",
+                    "SELECT partition_id, bool_and(in_sync), min(rows), max(rows), max(epoch) \
+                     FROM system.partitions WHERE table_name = 'w' GROUP BY partition_id ORDER BY partition_id",
+                )
+                .await;
+            if s == 200 {
+                let rows = b["rows"].as_array().unwrap();
+                if rows.iter().all(|r| r[1] == true && r[2] == r[3]) {
+                    return rows
+                        .iter()
+                        .map(|r| (r[4].as_u64().unwrap(), r[2].as_u64().unwrap()))
+                        .collect::<Vec<_>>();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await;
+    match done {
+        Ok(v) => v,
+        Err(_) => {
+            c.dump();
+            panic!("the replicas did not settle in sync with equal rows");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_rows_differ_is_refused_at_seal_and_repaired_from_the_primary() {
+    use sealion_common::proto::storage_client::StorageClient;
+    use sealion_common::proto::{DeletePredicate, DeleteRequest, PartitionStatsRequest, TagMatch};
+
+    let c = ProcCluster::start(1, 3, 3, &[]).await;
+    let http = c.http.clone();
+    let mut next = 0u64;
+    for _ in 0..4 {
+        let (status, body) = http.write("public", batch(next, 40)).await;
+        assert_eq!(status, 204, "{body}");
+        next += 40;
+    }
+    let before = settled(&c, Duration::from_secs(30)).await;
+
+    // Make one backup of the first partition differ: a delete sent to it
+    // alone, as if forwarded by the primary (the kind of divergence a bug or
+    // a half-applied write would leave).
+    let table_id = http
+        .rows("public", "SELECT table_id FROM system.tables WHERE table_name = 'w'")
+        .await[0][0]
+        .as_u64()
+        .unwrap();
+    let first = http
+        .rows(
+            "public",
+            "SELECT p.partition_id, p.epoch, p.node_id, n.addr, p.rows FROM system.partitions p \
+             JOIN system.nodes n ON p.node_id = n.node_id WHERE p.table_name = 'w' AND p.role <> 'primary' \
+             ORDER BY p.start, p.node_id LIMIT 1",
+        )
+        .await;
+    let (pid, epoch, backup, addr, rows) = (
+        first[0][0].as_u64().unwrap(),
+        first[0][1].as_u64().unwrap(),
+        first[0][2].as_u64().unwrap(),
+        first[0][3].as_str().unwrap().to_string(),
+        first[0][4].as_u64().unwrap(),
+    );
+    let mut client = StorageClient::connect(format!("http://{addr}")).await.unwrap();
+    let deleted = client
+        .delete(DeleteRequest {
+            table_id,
+            partition_ids: vec![pid],
+            predicate: Some(DeletePredicate {
+                start_ns: i64::MIN,
+                end_ns: i64::MAX,
+                tags: vec![TagMatch {
+                    name: "k".into(),
+                    values: vec!["c0".into()],
+                }],
+            }),
+            replicated: true,
+            epochs: vec![epoch],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .rows_deleted;
+    assert!(deleted > 0);
+    let diverged = http
+        .rows(
+            "public",
+            &format!(
+                "SELECT rows FROM system.partitions WHERE partition_id = {pid} AND node_id = {backup}"
+            ),
+        )
+        .await;
+    assert_eq!(diverged[0][0].as_u64().unwrap(), rows - deleted);
+
+    // The seal: the primary's copy is sealed, the differing backup refuses
+    // its new file, leaves the in-sync set and is copied again from the
+    // primary; the other backup seals as usual.
+    let sealed = admin_seal(&http, "w").await;
+    assert!(sealed.iter().all(|o| o == "sealed"), "{sealed:?}");
+    let after = settled(&c, Duration::from_secs(60)).await;
+    assert_eq!(
+        after.iter().map(|p| p.1).collect::<Vec<_>>(),
+        before.iter().map(|p| p.1).collect::<Vec<_>>(),
+        "every replica holds the primary's rows again"
+    );
+    let (e_before, e_after) = (before[0].0, after[0].0);
+    assert!(
+        e_after >= e_before + 2,
+        "the backup left the in-sync set and came back (epoch {e_before} -> {e_after})"
+    );
+    // The other partition's replicas agreed and kept their in-sync sets.
+    assert_eq!(after[1].0, before[1].0);
+    // The repaired copy holds the primary's rows, sealed.
+    let stats = client
+        .stats(PartitionStatsRequest {
+            partition_ids: vec![pid],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats;
+    assert_eq!(stats.len(), 1);
+    assert_eq!((stats[0].rows, stats[0].sealed), (rows, true), "{stats:?}");
+    assert_eq!(count_and_sum(&http).await, Some(model(next, &[])));
 }

@@ -34,6 +34,7 @@ use sealion_common::proto::{Column, DeletePredicate, ScanMetrics, ScanRequest};
 use crate::rows::{decode_key, decode_series, encode_batch, partition_prefix};
 use crate::sealed::{SealedFile, SortedRow, write_sealed};
 use crate::{Error, Result};
+use sealion_format::digest::RowDigest;
 use sealion_format::scan::{Metrics, Output, Query, scan_rows};
 use sealion_format::{Error as FError, Result as FResult};
 
@@ -50,6 +51,14 @@ pub use sealion_format::SCAN_BATCH_ROWS;
 const SEALED_CF: &str = "sealed";
 /// Column family of the delete log: (partition, sequence) -> predicate.
 const DELETES_CF: &str = "deletes";
+/// Batch ids of applied writes, per partition: key partition id (u64 BE) |
+/// batch id, value the time it was applied (ms since the epoch, u64 BE).
+const BATCHES_CF: &str = "batches";
+/// How long a write's batch id is remembered: a retry of the batch within
+/// this time is applied once. Older marks are pruned by the sweeper.
+pub const BATCH_ID_RETENTION_MS: u64 = 60 * 60 * 1000;
+/// Longest batch id a write may carry.
+pub const MAX_BATCH_ID_BYTES: usize = 128;
 const SEALED_DIR: &str = "sealed";
 const FILE_SUFFIX: &str = "slf";
 
@@ -77,6 +86,18 @@ pub enum SealOutcome {
         rows: u64,
         bytes: u64,
     },
+}
+
+impl SealOutcome {
+    /// The outcome's name as reported ("sealed", ...), rows and bytes.
+    pub fn summary(&self) -> (&'static str, u64, u64) {
+        match *self {
+            SealOutcome::Empty => ("empty", 0, 0),
+            SealOutcome::AlreadySealed => ("already_sealed", 0, 0),
+            SealOutcome::Sealed { rows, bytes } => ("sealed", rows, bytes),
+            SealOutcome::Resealed { rows, bytes } => ("resealed", rows, bytes),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -225,6 +246,32 @@ fn rocks_rows<'a, D: DBAccess>(
     })
 }
 
+fn batch_key(partition_id: u64, batch_id: &[u8]) -> Vec<u8> {
+    let mut key = partition_prefix(partition_id).to_vec();
+    key.extend_from_slice(batch_id);
+    key
+}
+
+fn check_batch_id(batch_id: &[u8]) -> Result<()> {
+    if batch_id.len() > MAX_BATCH_ID_BYTES {
+        return Err(Error::Invalid(format!(
+            "batch id of {} bytes is over the limit of {MAX_BATCH_ID_BYTES}",
+            batch_id.len()
+        )));
+    }
+    Ok(())
+}
+
+fn mark_time(key: &[u8], value: &[u8]) -> Result<u64> {
+    match (key.len() > 8, <[u8; 8]>::try_from(value)) {
+        (true, Ok(b)) => Ok(u64::from_be_bytes(b)),
+        _ => Err(Error::Corrupt {
+            partition_id: 0,
+            reason: "bad batch id record".into(),
+        }),
+    }
+}
+
 fn partition_read_options(partition_id: u64) -> ReadOptions {
     let mut ro = ReadOptions::default();
     if let Some(next) = partition_id.checked_add(1) {
@@ -252,6 +299,7 @@ impl Engine {
             ColumnFamilyDescriptor::new(rocksdb::DEFAULT_COLUMN_FAMILY_NAME, opts.clone()),
             ColumnFamilyDescriptor::new(SEALED_CF, Options::default()),
             ColumnFamilyDescriptor::new(DELETES_CF, Options::default()),
+            ColumnFamilyDescriptor::new(BATCHES_CF, Options::default()),
         ];
         let db = DB::open_cf_descriptors(&opts, &rows_dir, cfs)?;
         let mut sealed = HashMap::new();
@@ -312,6 +360,20 @@ impl Engine {
     /// Stores all rows of all `parts` in one atomic, synced RocksDB batch:
     /// either every row of the request is durable or none is.
     pub fn write(&self, columns: &[Column], parts: &[(u64, Vec<RecordBatch>)]) -> Result<u64> {
+        self.write_batch(columns, parts, &[], 0)
+    }
+
+    /// [`Engine::write`] that also records, in the same atomic batch, that
+    /// each partition of `parts` applied batch `batch_id` (none when it is
+    /// empty) at `now_ms`.
+    pub fn write_batch(
+        &self,
+        columns: &[Column],
+        parts: &[(u64, Vec<RecordBatch>)],
+        batch_id: &[u8],
+        now_ms: u64,
+    ) -> Result<u64> {
+        check_batch_id(batch_id)?;
         let mut batch = WriteBatch::default();
         let mut rows = 0u64;
         for (partition_id, batches) in parts {
@@ -321,12 +383,87 @@ impl Engine {
                     rows += 1;
                 }
             }
+            if !batch_id.is_empty() {
+                batch.put_cf(
+                    self.batches_cf()?,
+                    batch_key(*partition_id, batch_id),
+                    now_ms.to_be_bytes(),
+                );
+            }
         }
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
         let _shared = self.swap.read().map_err(|_| poisoned())?;
         self.db.write_opt(batch, &opts)?;
         Ok(rows)
+    }
+
+    fn batches_cf(&self) -> Result<&rocksdb::ColumnFamily> {
+        self.db
+            .cf_handle(BATCHES_CF)
+            .ok_or_else(|| Error::Internal("no batches column family".into()))
+    }
+
+    /// The partitions of `partition_ids` that have applied batch `batch_id`.
+    pub fn applied_batch(&self, batch_id: &[u8], partition_ids: &[u64]) -> Result<Vec<u64>> {
+        check_batch_id(batch_id)?;
+        let cf = self.batches_cf()?;
+        let mut out = Vec::new();
+        for &pid in partition_ids {
+            if self.db.get_cf(cf, batch_key(pid, batch_id))?.is_some() {
+                out.push(pid);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The batch ids partition `partition_id` has applied, with when.
+    pub fn batch_marks(&self, partition_id: u64) -> Result<Vec<(Vec<u8>, u64)>> {
+        let cf = self.batches_cf()?;
+        let prefix = partition_prefix(partition_id);
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf_opt(
+            cf,
+            partition_read_options(partition_id),
+            IteratorMode::From(&prefix, Direction::Forward),
+        ) {
+            let (key, value) = item?;
+            out.push((key[8..].to_vec(), mark_time(&key, &value)?));
+        }
+        Ok(out)
+    }
+
+    /// Records batch ids as applied by `partition_id` (a replica taking the
+    /// primary's marks with its rows).
+    pub fn record_batch_marks(&self, partition_id: u64, marks: &[(Vec<u8>, u64)]) -> Result<()> {
+        let cf = self.batches_cf()?;
+        let mut batch = WriteBatch::default();
+        for (id, at) in marks {
+            check_batch_id(id)?;
+            batch.put_cf(cf, batch_key(partition_id, id), at.to_be_bytes());
+        }
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        self.db.write_opt(batch, &opts)?;
+        Ok(())
+    }
+
+    /// Forgets batch ids applied before `before_ms`; returns how many.
+    pub fn prune_batch_marks(&self, before_ms: u64) -> Result<u64> {
+        let cf = self.batches_cf()?;
+        let mut batch = WriteBatch::default();
+        let mut n = 0;
+        for item in self.db.iterator_cf(cf, IteratorMode::Start) {
+            let (key, value) = item?;
+            if mark_time(&key, &value)? < before_ms {
+                batch.delete_cf(cf, key);
+                n += 1;
+            }
+        }
+        if n > 0 {
+            self.db.write(batch)?;
+        }
+        Ok(n)
     }
 
     fn partition_iter(&self, partition_id: u64) -> rocksdb::DBIterator<'_> {
@@ -505,6 +642,37 @@ impl Engine {
         Ok(n)
     }
 
+    /// The digest of the partition's rows as a scan sees them now (sealed
+    /// rows under late rows, deletes applied): what replicas compare.
+    pub fn digest(&self, partition_id: u64) -> Result<RowDigest> {
+        let (snapshot, file) = {
+            let _shared = self.swap.read().map_err(|_| poisoned())?;
+            (self.db.snapshot(), self.sealed_file(partition_id)?)
+        };
+        let prefix = partition_prefix(partition_id);
+        let open = rocks_rows(
+            snapshot.iterator_opt(
+                IteratorMode::From(&prefix, Direction::Forward),
+                partition_read_options(partition_id),
+            ),
+            partition_id,
+        );
+        Ok(match file {
+            None => RowDigest::of(partition_id, open)?,
+            Some(f) => {
+                let deletes: Vec<DeletePredicate> = self
+                    .snapshot_deletes(&snapshot, partition_id)?
+                    .into_iter()
+                    .map(|(_, d)| d)
+                    .collect();
+                RowDigest::of(
+                    partition_id,
+                    merge_rows(without_deleted(f.rows(), deletes, partition_id), open),
+                )?
+            }
+        })
+    }
+
     /// Rows, bytes and seal state of a partition.
     pub fn stats(&self, partition_id: u64) -> Result<Stats> {
         // The snapshot and the file are taken together, as a scan takes them,
@@ -578,16 +746,43 @@ impl Engine {
         columns: &[Column],
         fail_at: Option<SealFailPoint>,
     ) -> Result<SealOutcome> {
-        self.seal_inner(partition_id, columns, fail_at, &|| {})
+        self.seal_inner(partition_id, columns, fail_at, None, &|| {})
     }
 
-    /// `before_commit` runs after the new file is in place and before the
-    /// swap: tests use it to write and delete in that window.
+    /// Seals `partition_id` only if its rows then have the digest
+    /// `expected` (a replica sealing to the same rows as its primary). The
+    /// new file's rows are checked before it replaces anything; on a
+    /// mismatch it is removed and the copy stays as it was. A partition with
+    /// nothing new to seal is checked as it stands.
+    pub fn seal_expecting(
+        &self,
+        partition_id: u64,
+        columns: &[Column],
+        expected: RowDigest,
+    ) -> Result<SealOutcome> {
+        let outcome = self.seal_inner(partition_id, columns, None, Some(expected), &|| {})?;
+        if matches!(outcome, SealOutcome::Empty | SealOutcome::AlreadySealed) {
+            let found = self.digest(partition_id)?;
+            if found != expected {
+                return Err(Error::DigestMismatch {
+                    partition_id,
+                    expected: expected.to_string(),
+                    found: found.to_string(),
+                });
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// `expected`: the digest the new file's rows must have before it is
+    /// put in place. `before_commit` runs after the new file is in place and
+    /// before the swap: tests use it to write and delete in that window.
     fn seal_inner(
         &self,
         partition_id: u64,
         columns: &[Column],
         fail_at: Option<SealFailPoint>,
+        expected: Option<RowDigest>,
         before_commit: &dyn Fn(),
     ) -> Result<SealOutcome> {
         let _one = self.sealing.lock().map_err(|_| poisoned())?;
@@ -644,6 +839,26 @@ impl Engine {
         };
         if fail_at == Some(SealFailPoint::AfterWrite) {
             return Err(Error::Internal("fail point: after write".into()));
+        }
+        if let Some(expected) = expected {
+            let found = SealedFile::open(&tmp)
+                .map_err(Error::from)
+                .and_then(|f| Ok(RowDigest::of(partition_id, f.rows())?));
+            let mismatch = match found {
+                Ok(found) if found == expected => None,
+                Ok(found) => Some(Error::DigestMismatch {
+                    partition_id,
+                    expected: expected.to_string(),
+                    found: found.to_string(),
+                }),
+                Err(e) => Some(e),
+            };
+            if let Some(e) = mismatch {
+                if let Err(rm) = std::fs::remove_file(&tmp) {
+                    tracing::warn!(error = %rm, "could not remove a refused sealed file");
+                }
+                return Err(e);
+            }
         }
         std::fs::rename(&tmp, &path)?;
         std::fs::File::open(&self.sealed_dir)?.sync_all()?;
@@ -816,8 +1031,9 @@ impl Engine {
             batch.delete_range(from.clone(), to.clone());
             batch.delete_cf(&cf, pid.to_be_bytes());
             if let Some(dcf) = self.db.cf_handle(DELETES_CF) {
-                batch.delete_range_cf(&dcf, from, to);
+                batch.delete_range_cf(&dcf, from.clone(), to.clone());
             }
+            batch.delete_range_cf(self.batches_cf()?, from, to);
         }
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
@@ -995,6 +1211,115 @@ mod tests {
                 .count(),
             0
         );
+    }
+
+    #[test]
+    fn a_checked_seal_keeps_its_file_only_when_the_rows_match_the_expected_digest() {
+        let cols = columns();
+        let rows = [("a", 1, 1.0), ("b", 2, 2.0), ("a", 3, 3.0)];
+        // Two copies of a partition with the same rows, held differently:
+        // one sealed with a late row and a delete beside the file, the other
+        // written in one go.
+        let d1 = tempfile::tempdir().unwrap();
+        let one = Engine::open(d1.path()).unwrap();
+        one.write(&cols, &[(1, vec![batch(&rows[..2])])]).unwrap();
+        one.write(&cols, &[(1, vec![batch(&[("c", 9, 9.0)])])]).unwrap();
+        one.seal(1, &cols).unwrap();
+        one.write(&cols, &[(1, vec![batch(&rows[2..])])]).unwrap();
+        one.delete(1, &predicate_host("c")).unwrap();
+        let d2 = tempfile::tempdir().unwrap();
+        let two = Engine::open(d2.path()).unwrap();
+        two.write(&cols, &[(1, vec![batch(&rows)])]).unwrap();
+        let expected = one.digest(1).unwrap();
+        assert_eq!(expected.rows, 3);
+        assert_eq!(two.digest(1).unwrap(), expected, "same rows, same digest");
+
+        // A copy that lacks a row refuses the seal and stays as it was.
+        let d3 = tempfile::tempdir().unwrap();
+        let short = Engine::open(d3.path()).unwrap();
+        short.write(&cols, &[(1, vec![batch(&rows[..2])])]).unwrap();
+        let before = all_rows(&short, vec![1]);
+        let err = short.seal_expecting(1, &cols, expected).unwrap_err();
+        assert!(
+            matches!(err, Error::DigestMismatch { partition_id: 1, .. }),
+            "{err}"
+        );
+        assert!(short.sealed_file(1).unwrap().is_none(), "no file was kept");
+        assert_eq!(short.open_rows(1).unwrap(), 2);
+        assert_eq!(all_rows(&short, vec![1]), before);
+        assert_eq!(
+            std::fs::read_dir(d3.path().join(SEALED_DIR))
+                .unwrap()
+                .count(),
+            0,
+            "the refused file is removed"
+        );
+
+        // The matching copy seals; checked again as it stands, it matches,
+        // and a wrong value is seen even with nothing left to seal.
+        assert!(matches!(
+            two.seal_expecting(1, &cols, expected).unwrap(),
+            SealOutcome::Sealed { rows: 3, .. }
+        ));
+        assert_eq!(
+            two.seal_expecting(1, &cols, expected).unwrap(),
+            SealOutcome::AlreadySealed
+        );
+        two.write(&cols, &[(1, vec![batch(&[("a", 3, 3.5)])])]).unwrap();
+        two.seal(1, &cols).unwrap();
+        assert!(matches!(
+            two.seal_expecting(1, &cols, expected),
+            Err(Error::DigestMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn batch_ids_are_recorded_with_the_rows_survive_a_restart_and_are_pruned_by_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(dir.path()).unwrap();
+        let cols = columns();
+        e.write_batch(&cols, &[(1, vec![batch(&[("a", 1, 1.0)])]), (2, vec![])], b"b-1", 1_000)
+            .unwrap();
+        e.write_batch(&cols, &[(1, vec![batch(&[("a", 2, 2.0)])])], b"b-2", 5_000)
+            .unwrap();
+        e.write(&cols, &[(3, vec![batch(&[("a", 3, 3.0)])])]).unwrap();
+        assert_eq!(e.applied_batch(b"b-1", &[1, 2, 3]).unwrap(), vec![1, 2]);
+        assert_eq!(e.applied_batch(b"b-2", &[1, 2, 3]).unwrap(), vec![1]);
+        assert!(e.applied_batch(b"b-3", &[1, 2, 3]).unwrap().is_empty());
+        assert!(e.applied_batch(b"", &[3]).unwrap().is_empty(), "no id, no mark");
+        let long = vec![b'x'; MAX_BATCH_ID_BYTES + 1];
+        assert!(matches!(
+            e.write_batch(&cols, &[(1, vec![batch(&[("z", 9, 9.0)])])], &long, 1),
+            Err(Error::Invalid(_))
+        ));
+        assert_eq!(all_rows(&e, vec![1]).len(), 2, "a refused write stores nothing");
+        drop(e);
+        let e = Engine::open(dir.path()).unwrap();
+        assert_eq!(
+            e.batch_marks(1).unwrap(),
+            vec![(b"b-1".to_vec(), 1_000), (b"b-2".to_vec(), 5_000)]
+        );
+        // A replica takes another node's marks; pruning goes by age.
+        e.record_batch_marks(3, &[(b"b-9".to_vec(), 9_000)]).unwrap();
+        assert_eq!(e.prune_batch_marks(5_000).unwrap(), 2);
+        assert!(e.applied_batch(b"b-1", &[1, 2]).unwrap().is_empty());
+        assert_eq!(e.applied_batch(b"b-2", &[1]).unwrap(), vec![1]);
+        assert_eq!(e.applied_batch(b"b-9", &[3]).unwrap(), vec![3]);
+        // Dropping a partition drops its marks.
+        e.drop_partitions(&[1]).unwrap();
+        assert!(e.batch_marks(1).unwrap().is_empty());
+        assert_eq!(e.batch_marks(3).unwrap().len(), 1);
+    }
+
+    fn predicate_host(host: &str) -> DeletePredicate {
+        DeletePredicate {
+            start_ns: i64::MIN,
+            end_ns: i64::MAX,
+            tags: vec![sealion_common::proto::TagMatch {
+                name: "host".into(),
+                values: vec![host.into()],
+            }],
+        }
     }
 
     #[test]
@@ -1357,7 +1682,7 @@ mod tests {
         };
         // Between the snapshot and the swap: delete a, then write a again
         // with the very same bytes; delete b for good; overwrite c.
-        e.seal_inner(1, &cols, None, &|| {
+        e.seal_inner(1, &cols, None, None, &|| {
             assert_eq!(e.delete(1, &only_a).unwrap(), 1);
             e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0)])])])
                 .unwrap();

@@ -24,6 +24,13 @@ pub enum Error {
     },
     #[error("{0}")]
     Unavailable(String),
+    /// A replica's rows differ from its primary's: its copy is not used.
+    #[error("partition {partition_id} differs from its primary: expected {expected}, found {found}")]
+    DigestMismatch {
+        partition_id: u64,
+        expected: String,
+        found: String,
+    },
     #[error("meta: {0}")]
     Meta(#[from] sealion_common::Error),
     #[error("io: {0}")]
@@ -70,7 +77,9 @@ impl From<Error> for tonic::Status {
             }
             Error::StaleEpoch { .. } => tonic::Status::aborted(message),
             Error::Meta(_) | Error::Unavailable(_) => tonic::Status::unavailable(message),
-            Error::Corrupt { .. } => tonic::Status::data_loss(message),
+            Error::Corrupt { .. } | Error::DigestMismatch { .. } => {
+                tonic::Status::data_loss(message)
+            }
             Error::Rocks(_) | Error::Io(_) | Error::Internal(_) => tonic::Status::internal(message),
         }
     }

@@ -231,6 +231,15 @@ async fn catch_up_loop(ctx: Arc<NodeContext>, interval: Duration) {
 /// node cannot know yet) is never touched.
 pub async fn sweep_once(ctx: &NodeContext) -> Result<Vec<u64>> {
     let engine = ctx.engine.clone();
+    let before_ms = (sealion_common::time::now_ms().max(0) as u64)
+        .saturating_sub(crate::engine::BATCH_ID_RETENTION_MS);
+    let pruned = tokio::task::spawn_blocking(move || engine.prune_batch_marks(before_ms))
+        .await
+        .map_err(|e| Error::Internal(format!("sweep task failed: {e}")))??;
+    if pruned > 0 {
+        tracing::debug!(pruned, "forgot batch ids past their retention");
+    }
+    let engine = ctx.engine.clone();
     let local = tokio::task::spawn_blocking(move || engine.partition_ids())
         .await
         .map_err(|e| Error::Internal(format!("sweep task failed: {e}")))??;
@@ -282,7 +291,8 @@ async fn seal_loop(ctx: Arc<NodeContext>, interval: Duration) {
         let candidates: Vec<u64> = state
             .partitions
             .iter()
-            .filter(|p| p.in_sync.contains(&node_id) && p.end_ns <= now_ns)
+            // The primary seals; it has its in-sync backups seal with it.
+            .filter(|p| p.replicas.first() == Some(&node_id) && p.end_ns <= now_ns)
             .map(|p| p.id)
             .collect();
         for pid in candidates {

@@ -29,11 +29,13 @@ use arrow::record_batch::RecordBatch;
 use sealion_common::proto::meta_command::Cmd;
 use sealion_common::proto::storage_client::StorageClient;
 use sealion_common::proto::{
-    ClusterState, Column, DeleteRequest, InstallRequest, Partition, ReplicaChange, ResyncRequest,
-    ScanRequest, SealRequest, UpdateReplicas, WriteRequest,
+    BatchMark, ClusterState, Column, DeleteRequest, InstallRequest, Partition, ReplicaChange, ResyncRequest,
+    ScanRequest, SealCheck, SealRequest, SealResult, UpdateReplicas, WriteRequest,
 };
+use sealion_format::digest::RowDigest;
 use tonic::transport::Channel;
 
+use crate::engine::SealOutcome;
 use crate::service::NodeContext;
 use crate::{Error, Result};
 
@@ -158,7 +160,7 @@ fn not_led(state: &ClusterState, me: u64, ids: &[u64]) -> Option<Error> {
 /// The state in which this node is the primary of every partition of
 /// `ids`: the local copy when it says so (and is not older than a replica
 /// change this node made itself), else meta's latest.
-async fn primary_view(ctx: &NodeContext, ids: &[u64]) -> Result<Arc<ClusterState>> {
+pub(crate) async fn primary_view(ctx: &NodeContext, ids: &[u64]) -> Result<Arc<ClusterState>> {
     let state = ctx.meta.state();
     let current = ids
         .iter()
@@ -361,10 +363,30 @@ where
     ))
 }
 
-/// A write from a router: apply it here and on every in-sync backup.
-pub async fn primary_write(ctx: &Arc<NodeContext>, req: WriteRequest) -> Result<u64> {
+/// A write from a router: apply it here and on every in-sync backup. With a
+/// batch id, partitions that have applied that batch already skip it (their
+/// backups have it too: they applied it with the primary, or took the
+/// primary's marks in a resync).
+pub async fn primary_write(ctx: &Arc<NodeContext>, mut req: WriteRequest) -> Result<u64> {
     let ids: Vec<u64> = req.partitions.iter().map(|p| p.partition_id).collect();
     let _locks = ctx.locks.lock_all(&ids).await?;
+    let ids = if req.batch_id.is_empty() {
+        ids
+    } else {
+        let engine = ctx.engine.clone();
+        let batch_id = req.batch_id.clone();
+        let done = tokio::task::spawn_blocking(move || engine.applied_batch(&batch_id, &ids))
+            .await
+            .map_err(|e| Error::Internal(format!("batch check task failed: {e}")))??;
+        if !done.is_empty() {
+            tracing::debug!(partitions = ?done, "a retried batch was applied already");
+            req.partitions.retain(|p| !done.contains(&p.partition_id));
+        }
+        req.partitions.iter().map(|p| p.partition_id).collect()
+    };
+    if ids.is_empty() {
+        return Ok(0);
+    }
     let state = primary_view(ctx, &ids).await?;
     let local = crate::service::apply_write(ctx, &req, true);
     let forwarded = replicate(
@@ -388,6 +410,7 @@ pub async fn primary_write(ctx: &Arc<NodeContext>, req: WriteRequest) -> Result<
                     })
                     .collect(),
                 replicated: true,
+                batch_id: req.batch_id.clone(),
             }
         },
         |mut client, r| async move {
@@ -431,32 +454,123 @@ pub async fn primary_delete(ctx: &Arc<NodeContext>, req: DeleteRequest) -> Resul
     Ok(deleted)
 }
 
-/// As the primary of `ids` (partitions this node has just sealed), has
-/// their in-sync backups seal their copies too. Best effort: each replica's
-/// own sealer gets there anyway.
-pub async fn seal_backups(ctx: &NodeContext, state: &ClusterState, ids: &[u64]) {
-    let calls = forwards(state, ctx.node_id(), ids, |parts| SealRequest {
-        partition_ids: parts.iter().map(|(p, _)| *p).collect(),
-        ignore_idle: true,
+/// As the primary of `pid`, holding its lock, just after sealing it: has
+/// every in-sync backup seal its copy to the same rows. The backups check
+/// the digest of their new file before it replaces anything; one that
+/// differs, or fails, leaves the in-sync set, so it resyncs from this copy.
+pub async fn seal_backups(ctx: &NodeContext, state: &ClusterState, pid: u64) -> Result<()> {
+    let me = ctx.node_id();
+    if partition(state, pid).is_none_or(|p| p.in_sync.iter().all(|n| *n == me)) {
+        return Ok(());
+    }
+    let digest = digest(ctx, pid).await?;
+    let calls = forwards(state, me, &[pid], |parts| SealRequest {
+        checks: parts
+            .iter()
+            .map(|(p, e)| SealCheck {
+                partition_id: *p,
+                epoch: *e,
+                rows: digest.rows,
+                digest: digest.sum,
+                seal: true,
+            })
+            .collect(),
+        ..Default::default()
     })
     .into_iter()
     .map(|(node, req)| {
         let client = ctx.peers.node(state, node);
         async move {
-            let r = match client {
-                Ok(mut c) => c
-                    .seal(req)
-                    .await
-                    .map(|_| ())
-                    .map_err(|s| s.message().to_string()),
-                Err(e) => Err(e.to_string()),
+            let outcome = match client {
+                Ok(mut c) => {
+                    let mut r = tonic::Request::new(req);
+                    r.set_timeout(INSTALL_TIMEOUT);
+                    forward_outcome(c.seal(r).await)
+                }
+                Err(e) => Forwarded::Failed(e.to_string()),
             };
-            if let Err(e) = r {
-                tracing::warn!(node, error = %e, "a backup did not seal its copy");
-            }
+            (node, outcome)
         }
     });
-    futures::future::join_all(calls).await;
+    let mut failed = BTreeMap::new();
+    for (node, outcome) in futures::future::join_all(calls).await {
+        match outcome {
+            Forwarded::Ok => {}
+            // Meta has moved on; whoever leads now seals its copies.
+            Forwarded::Stale => {}
+            Forwarded::Failed(why) => {
+                failed.insert(node, why);
+            }
+        }
+    }
+    shrink_in_sync(ctx, state, &[pid], &failed).await
+}
+
+/// The digest of this node's copy of `pid`.
+async fn digest(ctx: &NodeContext, pid: u64) -> Result<RowDigest> {
+    let engine = ctx.engine.clone();
+    tokio::task::spawn_blocking(move || engine.digest(pid))
+        .await
+        .map_err(|e| Error::Internal(format!("digest task failed: {e}")))?
+}
+
+/// On a replica, from its primary: seals each partition of `checks` (or
+/// only compares it), keeping a new file only when its rows have the
+/// primary's digest. A mismatch is an error; the copy stays as it was and
+/// the primary takes this node out of the in-sync set.
+pub async fn seal_as_backup(ctx: &NodeContext, checks: &[SealCheck]) -> Result<Vec<SealResult>> {
+    let epochs: Vec<(u64, u64)> = checks.iter().map(|c| (c.partition_id, c.epoch)).collect();
+    check_backup(ctx, &epochs).await?;
+    let state = ctx.meta.state();
+    let mut results = Vec::with_capacity(checks.len());
+    for c in checks {
+        let pid = c.partition_id;
+        let expected = RowDigest {
+            rows: c.rows,
+            sum: c.digest,
+        };
+        let columns = partition(&state, pid)
+            .and_then(|p| sealion_common::catalog::table_by_id(&state, p.table_id))
+            .map(|t| t.columns.clone())
+            .ok_or_else(|| Error::Invalid(format!("table of partition {pid} is not in the catalog")))?;
+        let engine = ctx.engine.clone();
+        let seal = c.seal;
+        let outcome = tokio::task::spawn_blocking(move || -> Result<Option<SealOutcome>> {
+            if seal {
+                return engine.seal_expecting(pid, &columns, expected).map(Some);
+            }
+            let found = engine.digest(pid)?;
+            if found != expected {
+                return Err(Error::DigestMismatch {
+                    partition_id: pid,
+                    expected: expected.to_string(),
+                    found: found.to_string(),
+                });
+            }
+            Ok(None)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("seal task failed: {e}")))?;
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(partition_id = pid, error = %e, "this copy differs from the primary's");
+                return Err(e);
+            }
+        };
+        let (name, rows, bytes) = match outcome {
+            Some(o) => o.summary(),
+            None => ("checked", expected.rows, 0),
+        };
+        tracing::info!(partition_id = pid, outcome = name, rows, "copy matches the primary's");
+        results.push(SealResult {
+            partition_id: pid,
+            outcome: name.to_string(),
+            rows,
+            bytes,
+        });
+    }
+    Ok(results)
 }
 
 fn encode_ipc(batches: &[RecordBatch]) -> Result<Vec<u8>> {
@@ -524,6 +638,12 @@ pub async fn resync(ctx: &Arc<NodeContext>, pid: u64, node: u64) -> Result<u64> 
         }
         Ok(())
     });
+    let marks = {
+        let engine = ctx.engine.clone();
+        tokio::task::spawn_blocking(move || engine.batch_marks(pid))
+            .await
+            .map_err(|e| Error::Internal(format!("resync read task failed: {e}")))??
+    };
     let mut copied = 0u64;
     let mut first = true;
     loop {
@@ -541,6 +661,17 @@ pub async fn resync(ctx: &Arc<NodeContext>, pid: u64, node: u64) -> Result<u64> 
             reset: first,
             arrow_ipc: encode_ipc(&batches)?,
             epoch: p.epoch,
+            batch_marks: if first {
+                marks
+                    .iter()
+                    .map(|(id, at)| BatchMark {
+                        batch_id: id.clone(),
+                        applied_ms: *at,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
         });
         r.set_timeout(INSTALL_TIMEOUT);
         client.install(r).await.map_err(|s| {
@@ -554,6 +685,33 @@ pub async fn resync(ctx: &Arc<NodeContext>, pid: u64, node: u64) -> Result<u64> 
     reader
         .await
         .map_err(|e| Error::Internal(format!("resync read task failed: {e}")))??;
+    // The copy must hold this node's rows (sealed when they are sealed
+    // here) before it counts as in sync.
+    let expected = digest(ctx, pid).await?;
+    let sealed_here = {
+        let engine = ctx.engine.clone();
+        tokio::task::spawn_blocking(move || engine.sealed_file(pid))
+            .await
+            .map_err(|e| Error::Internal(format!("resync check task failed: {e}")))??
+            .is_some()
+    };
+    let mut r = tonic::Request::new(SealRequest {
+        checks: vec![SealCheck {
+            partition_id: pid,
+            epoch: p.epoch,
+            rows: expected.rows,
+            digest: expected.sum,
+            seal: sealed_here,
+        }],
+        ..Default::default()
+    });
+    r.set_timeout(INSTALL_TIMEOUT);
+    client.seal(r).await.map_err(|s| {
+        Error::Unavailable(format!(
+            "partition {pid} on node {node} after the copy: {}",
+            s.message()
+        ))
+    })?;
     drop(client);
     let in_sync: Vec<u64> = p
         .replicas
@@ -612,10 +770,16 @@ pub async fn install(ctx: &Arc<NodeContext>, req: InstallRequest) -> Result<()> 
     let engine = ctx.engine.clone();
     let columns = req.columns;
     let reset = req.reset;
+    let marks: Vec<(Vec<u8>, u64)> = req
+        .batch_marks
+        .into_iter()
+        .map(|m| (m.batch_id, m.applied_ms))
+        .collect();
     tokio::task::spawn_blocking(move || -> Result<()> {
         if reset {
             engine.drop_partitions(&[pid])?;
         }
+        engine.record_batch_marks(pid, &marks)?;
         if !batches.is_empty() {
             engine.write(&columns, &[(pid, batches)])?;
         }

@@ -84,16 +84,6 @@ impl NodeContext {
         }
     }
 
-    /// Whether meta names this node the primary of `pid`, in the local view.
-    pub fn is_primary(&self, pid: u64) -> bool {
-        let me = self.node_id();
-        self.meta
-            .state()
-            .partitions
-            .iter()
-            .any(|p| p.id == pid && p.replicas.first() == Some(&me))
-    }
-
     /// Partitions of `ids` whose published tag filters a write would make
     /// wrong (they describe the sealed file only, and the write adds late
     /// rows that may carry other tag values).
@@ -189,14 +179,14 @@ async fn set_state_with(
     }
 }
 
-/// Seals (or reseals) partition `pid` with its table's current columns and
-/// records the state in meta.
+/// As its primary, seals (or reseals) partition `pid` with its table's
+/// current columns, records the state in meta and has the in-sync backups
+/// seal to the same rows. Holds the partition's lock throughout, so no
+/// write lands between the copies' seals (reads do not wait).
 pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResult> {
     use sealion_common::proto::PartitionState;
-    // Every replica seals its own copy; only the primary reports the state
-    // and publishes tag filters (the copies hold the same rows).
-    let report = ctx.is_primary(pid);
-    let state = ctx.meta.state();
+    let _lock = ctx.locks.lock_all(&[pid]).await?;
+    let state = crate::replication::primary_view(ctx, &[pid]).await?;
     let partition = state
         .partitions
         .iter()
@@ -205,7 +195,7 @@ pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResu
     let table = sealion_common::catalog::table_by_id(&state, partition.table_id)
         .ok_or_else(|| Error::Invalid(format!("table of partition {pid} is not in the catalog")))?;
     let columns = table.columns.clone();
-    let was_sealed = partition.state() == PartitionState::Sealed || !report;
+    let was_sealed = partition.state() == PartitionState::Sealed;
     if !was_sealed {
         set_state(ctx, pid, PartitionState::Sealing).await;
     }
@@ -224,25 +214,12 @@ pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResu
         }
     };
     use crate::engine::SealOutcome;
-    let (name, rows, bytes) = match outcome {
-        SealOutcome::Empty => ("empty", 0, 0),
-        SealOutcome::AlreadySealed => ("already_sealed", 0, 0),
-        SealOutcome::Sealed { rows, bytes } => ("sealed", rows, bytes),
-        SealOutcome::Resealed { rows, bytes } => ("resealed", rows, bytes),
-    };
-    if !report {
-        tracing::info!(
-            partition_id = pid,
-            outcome = name,
-            rows,
-            bytes,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "sealed a backup copy"
-        );
-    } else if matches!(
-        outcome,
-        SealOutcome::Sealed { .. } | SealOutcome::Resealed { .. } | SealOutcome::AlreadySealed
-    ) {
+    let (name, rows, bytes) = outcome.summary();
+    if outcome == SealOutcome::Empty {
+        if !was_sealed {
+            set_state(ctx, pid, PartitionState::Open).await;
+        }
+    } else {
         // Publish the file's tag filters with the state, for planners; but
         // none while late rows exist (written during the seal, or since):
         // the filters would not describe them. No write runs meanwhile.
@@ -281,8 +258,11 @@ pub async fn seal_partition(ctx: &Arc<NodeContext>, pid: u64) -> Result<SealResu
             elapsed_ms = started.elapsed().as_millis() as u64,
             "sealed"
         );
-    } else if !was_sealed {
-        set_state(ctx, pid, PartitionState::Open).await;
+    }
+    // A backup that cannot seal to these rows leaves the in-sync set here
+    // (and resyncs); the seal itself stands either way.
+    if let Err(e) = crate::replication::seal_backups(ctx, &state, pid).await {
+        tracing::warn!(partition_id = pid, error = %e, "could not settle the backups' seal");
     }
     Ok(SealResult {
         partition_id: pid,
@@ -333,7 +313,9 @@ pub async fn apply_write(
     }
     let engine = ctx.engine.clone();
     let columns = req.columns.clone();
-    tokio::task::spawn_blocking(move || engine.write(&columns, &parts))
+    let batch_id = req.batch_id.clone();
+    let now_ms = sealion_common::time::now_ms().max(0) as u64;
+    tokio::task::spawn_blocking(move || engine.write_batch(&columns, &parts, &batch_id, now_ms))
         .await
         .map_err(|e| Error::Internal(format!("write task failed: {e}")))?
 }
@@ -466,6 +448,10 @@ impl Storage for StorageService {
 
     async fn seal(&self, request: Request<SealRequest>) -> Result<Response<SealReply>, Status> {
         let req = request.into_inner();
+        if !req.checks.is_empty() {
+            let results = crate::replication::seal_as_backup(&self.ctx, &req.checks).await?;
+            return Ok(Response::new(SealReply { results }));
+        }
         let state = self.ctx.meta.state();
         let now_ns = sealion_common::time::now_ms().saturating_mul(1_000_000);
         let mut results = Vec::with_capacity(req.partition_ids.len());
@@ -502,14 +488,6 @@ impl Storage for StorageService {
             };
             results.push(result);
         }
-        // As the primary, have the in-sync backups seal their copies too.
-        let sealed_here: Vec<u64> = results
-            .iter()
-            .filter(|r| matches!(r.outcome.as_str(), "sealed" | "resealed" | "already_sealed"))
-            .map(|r| r.partition_id)
-            .filter(|pid| self.ctx.is_primary(*pid))
-            .collect();
-        crate::replication::seal_backups(&self.ctx, &state, &sealed_here).await;
         Ok(Response::new(SealReply { results }))
     }
 

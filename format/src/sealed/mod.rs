@@ -74,7 +74,7 @@
 mod filter;
 pub mod format;
 mod reader;
-mod value;
+pub(crate) mod value;
 pub(crate) mod writer;
 
 #[cfg(test)]

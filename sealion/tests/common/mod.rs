@@ -208,9 +208,24 @@ impl Http {
     }
 
     pub async fn write(&self, db: &str, body: String) -> (u16, String) {
+        self.write_batch(db, body, None).await
+    }
+
+    /// A write naming its batch (`?batch_id=`).
+    pub async fn write_batch(
+        &self,
+        db: &str,
+        body: String,
+        batch_id: Option<&str>,
+    ) -> (u16, String) {
+        let mut q = vec![("db", db)];
+        if let Some(id) = batch_id {
+            q.push(("batch_id", id));
+        }
         let r = self
             .client
-            .post(format!("{}/api/v1/write?db={db}", self.base))
+            .post(format!("{}/api/v1/write", self.base))
+            .query(&q)
             .body(body)
             .send()
             .await
