@@ -165,6 +165,14 @@ fn column_shape(c: &Column) -> Result<(ColumnKind, DataType), Refusal> {
     }
 }
 
+/// Most shards a table may have per time partition.
+pub const MAX_SHARDS: u32 = 256;
+
+/// A table's shards per time partition (0 is read as 1).
+pub fn table_shards(table: &Table) -> u32 {
+    table.shards.max(1)
+}
+
 fn interval_or_default(interval_ns: i64) -> Result<i64, Refusal> {
     match interval_ns {
         0 => Ok(DEFAULT_PARTITION_INTERVAL_NS),
@@ -232,6 +240,12 @@ fn create_table(state: &mut ClusterState, c: &CreateTable) -> Outcome {
         )));
     }
     let interval_ns = interval_or_default(t.partition_interval_ns)?;
+    if t.shards > MAX_SHARDS {
+        return Err(invalid(format!(
+            "a table has at most {MAX_SHARDS} shards, {} were asked",
+            t.shards
+        )));
+    }
     if t.retention_ns < 0 {
         return Err(invalid(format!(
             "retention must not be negative, got {} ns",
@@ -246,6 +260,7 @@ fn create_table(state: &mut ClusterState, c: &CreateTable) -> Outcome {
         partition_interval_ns: interval_ns,
         retention_ns: t.retention_ns,
         schema_version: 1,
+        shards: t.shards.max(1),
     };
     state.next_table_id += 1;
     state.tables.push(table.clone());
@@ -377,6 +392,7 @@ fn create_table_for_write(
         partition_interval_ns: interval_ns,
         retention_ns: 0,
         schema_version: 1,
+        shards: 1,
     };
     state.next_table_id += 1;
     state.tables.push(table.clone());
@@ -653,18 +669,23 @@ fn ensure_partitions(state: &mut ClusterState, c: &EnsurePartitions) -> Outcome 
         .filter(|(_, p)| p.table_id == c.table_id && starts.contains(&p.start_ns))
         .map(|(i, p)| (p.start_ns, i))
         .collect();
+    let shards = table_shards(table);
     // Check every placement before creating anything.
     let mut to_create = Vec::new();
-    for start in starts.iter().filter(|s| !existing.contains_key(s)) {
+    for (start, shard) in starts
+        .iter()
+        .filter(|s| !existing.contains_key(s))
+        .flat_map(|s| (0..shards).map(move |shard| (*s, shard)))
+    {
         let replicas = c
             .placements
             .iter()
-            .find(|p| p.start_ns == *start)
+            .find(|p| p.start_ns == start && p.shard == shard)
             .map(|p| p.replicas.clone())
             .unwrap_or_default();
         if replicas.is_empty() {
             return Err(invalid(format!(
-                "no placement given for new partition at {start}"
+                "no placement given for new partition at {start}, shard {shard}"
             )));
         }
         if let Some(unknown) = replicas
@@ -679,9 +700,9 @@ fn ensure_partitions(state: &mut ClusterState, c: &EnsurePartitions) -> Outcome 
         if distinct.len() != replicas.len() {
             return Err(invalid(format!("placement for {start} names a node twice")));
         }
-        to_create.push((*start, replicas));
+        to_create.push((start, shard, replicas));
     }
-    for (start, replicas) in to_create {
+    for (start, shard, replicas) in to_create {
         state.partitions.push(Partition {
             id: state.next_partition_id,
             table_id: c.table_id,
@@ -692,6 +713,7 @@ fn ensure_partitions(state: &mut ClusterState, c: &EnsurePartitions) -> Outcome 
             state: PartitionState::Open as i32,
             epoch: 1,
             tag_filters: Vec::new(),
+            shard,
         });
         state.next_partition_id += 1;
     }
@@ -701,7 +723,7 @@ fn ensure_partitions(state: &mut ClusterState, c: &EnsurePartitions) -> Outcome 
         .filter(|p| p.table_id == c.table_id && starts.contains(&p.start_ns))
         .cloned()
         .collect();
-    partitions.sort_by_key(|p| p.start_ns);
+    partitions.sort_by_key(|p| (p.start_ns, p.shard));
     Ok(MetaResponse {
         partitions,
         ..Default::default()
@@ -792,6 +814,7 @@ mod tests {
             .map(|s| PartitionPlacement {
                 start_ns: *s,
                 replicas: replicas.clone(),
+                shard: 0,
             })
             .collect();
         run(
@@ -1360,6 +1383,65 @@ mod tests {
             }),
         );
         assert_eq!(no_placement.error_kind, kind::INVALID);
+        assert_eq!(s.partitions.len(), 3);
+    }
+
+    #[test]
+    fn a_sharded_table_gets_one_partition_per_shard_and_start() {
+        let mut s = initial_state();
+        register(&mut s, 0, "a:1");
+        register(&mut s, 0, "b:1");
+        let mut c = create_table_cmd("public", "m", vec![time()], false);
+        if let Cmd::CreateTable(ct) = &mut c {
+            ct.table.as_mut().unwrap().shards = MAX_SHARDS + 1;
+        }
+        assert_eq!(run(&mut s, c.clone()).error_kind, kind::INVALID);
+        if let Cmd::CreateTable(ct) = &mut c {
+            ct.table.as_mut().unwrap().shards = 3;
+        }
+        let t = run(&mut s, c).table.unwrap();
+        assert_eq!(t.shards, 3);
+        let placement = |start: i64, shard: u32, node: u64| PartitionPlacement {
+            start_ns: start,
+            replicas: vec![node],
+            shard,
+        };
+        // A placement missing for one shard refuses the whole command.
+        let partial = run(
+            &mut s,
+            Cmd::EnsurePartitions(EnsurePartitions {
+                table_id: t.id,
+                starts_ns: vec![0],
+                placements: vec![placement(0, 0, 1), placement(0, 2, 1)],
+            }),
+        );
+        assert_eq!(partial.error_kind, kind::INVALID, "{partial:?}");
+        assert!(s.partitions.is_empty());
+        let r = run(
+            &mut s,
+            Cmd::EnsurePartitions(EnsurePartitions {
+                table_id: t.id,
+                starts_ns: vec![0],
+                placements: vec![placement(0, 2, 2), placement(0, 0, 1), placement(0, 1, 2)],
+            }),
+        );
+        assert_eq!(r.error, "");
+        let got: Vec<(i64, u32, Vec<u64>)> = r
+            .partitions
+            .iter()
+            .map(|p| (p.start_ns, p.shard, p.replicas.clone()))
+            .collect();
+        assert_eq!(got, vec![(0, 0, vec![1]), (0, 1, vec![2]), (0, 2, vec![2])]);
+        // Asking again creates nothing.
+        let again = run(
+            &mut s,
+            Cmd::EnsurePartitions(EnsurePartitions {
+                table_id: t.id,
+                starts_ns: vec![0],
+                placements: vec![],
+            }),
+        );
+        assert_eq!(again.partitions, r.partitions);
         assert_eq!(s.partitions.len(), 3);
     }
 }

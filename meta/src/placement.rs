@@ -94,17 +94,19 @@ pub const LOAD_BOUND: f64 = 1.25;
 /// A node's rank for a partition key in rendezvous (highest random weight)
 /// hashing: every key ranks all nodes in its own pseudo-random order, so a
 /// node that joins or leaves changes only the keys it ranks first.
-fn rank(table_id: u64, start_ns: i64, node: u64) -> u64 {
+fn rank(table_id: u64, start_ns: i64, shard: u32, node: u64) -> u64 {
     use std::hash::Hasher;
     let mut h = twox_hash::XxHash64::with_seed(0x5ea1_10d1_9a1c_0001);
     h.write(&table_id.to_le_bytes());
     h.write(&start_ns.to_le_bytes());
+    h.write(&shard.to_le_bytes());
     h.write(&node.to_le_bytes());
     h.finish()
 }
 
 /// Fills `cmd.placements` for every requested start that has no partition
-/// yet, by consistent hashing with bounded loads: `replication_factor`
+/// yet (one per shard of the table), by consistent hashing with bounded
+/// loads on the key (table, start, shard): `replication_factor`
 /// distinct nodes (capped at the number of nodes), taken in the key's
 /// rendezvous order among the nodes that are up and hold fewer than
 /// `LOAD_BOUND` times the mean number of replicas; when those are too few,
@@ -168,11 +170,15 @@ pub fn place(
     let is_up = |id: &u64| up.get(id).copied().unwrap_or(false);
     let nodes = state.nodes.len();
     let rf = replication_factor.clamp(1, nodes);
-    for start in missing {
+    let shards = crate::machine::table_shards(table);
+    for (start, shard) in missing
+        .into_iter()
+        .flat_map(|s| (0..shards).map(move |shard| (s, shard)))
+    {
         total += rf;
         let cap = (LOAD_BOUND * total as f64 / nodes as f64).ceil() as usize;
         let mut order: Vec<u64> = state.nodes.iter().map(|n| n.id).collect();
-        order.sort_by_key(|id| std::cmp::Reverse(rank(cmd.table_id, start, *id)));
+        order.sort_by_key(|id| std::cmp::Reverse(rank(cmd.table_id, start, shard, *id)));
         let under = |id: &u64| load.get(id).copied().unwrap_or(0) < cap;
         let mut candidates: Vec<u64> = Vec::with_capacity(rf);
         for pass in 0..3 {
@@ -208,6 +214,7 @@ pub fn place(
         cmd.placements.push(PartitionPlacement {
             start_ns: start,
             replicas: candidates,
+            shard,
         });
     }
     Ok(())
@@ -375,6 +382,22 @@ mod tests {
             assert!(held <= cap, "node {n} holds {held}, over the bound {cap}");
             let led = s.partitions.iter().filter(|p| p.replicas[0] == *n).count();
             assert!(led >= 10, "node {n} leads {led} of 60");
+        }
+    }
+
+    #[test]
+    fn each_shard_of_a_start_is_placed_and_the_primaries_spread() {
+        let mut s = state(&[1, 2, 3], &[]);
+        s.tables[0].shards = 3;
+        let mut cmd = ensure(vec![0, 10]);
+        place(&s, &mut cmd, |_| true, 2).unwrap();
+        let keys: Vec<(i64, u32)> = cmd.placements.iter().map(|p| (p.start_ns, p.shard)).collect();
+        assert_eq!(keys, vec![(0, 0), (0, 1), (0, 2), (10, 0), (10, 1), (10, 2)]);
+        // With two replicas of three nodes the least-leading node is not
+        // always among a shard's two, so the spread is close, not exact.
+        for id in [1, 2, 3] {
+            let led = cmd.placements.iter().filter(|p| p.replicas[0] == id).count();
+            assert!((1..=3).contains(&led), "node {id} leads {led}: {:?}", cmd.placements);
         }
     }
 

@@ -262,6 +262,7 @@ impl SystemSchema {
                 Field::new("columns", DataType::Utf8, false),
                 Field::new("partition_interval_ns", DataType::Int64, false),
                 Field::new("retention_ns", DataType::Int64, false),
+                Field::new("shards", DataType::UInt32, false),
                 Field::new("partitions", DataType::UInt64, false),
             ],
             vec![
@@ -278,6 +279,9 @@ impl SystemSchema {
                 )),
                 Arc::new(Int64Array::from_iter_values(
                     t.iter().map(|x| x.retention_ns),
+                )),
+                Arc::new(arrow::array::UInt32Array::from_iter_values(
+                    t.iter().map(|x| x.shards.max(1)),
                 )),
                 Arc::new(UInt64Array::from_iter_values(t.iter().map(|x| {
                     state
@@ -344,7 +348,7 @@ impl SystemSchema {
         let mut shard = Vec::new();
         let mut filter_bytes = Vec::new();
         let mut parts: Vec<_> = state.partitions.iter().collect();
-        parts.sort_by_key(|p| (p.table_id, p.start_ns));
+        parts.sort_by_key(|p| (p.table_id, p.start_ns, p.shard));
         for p in parts {
             let Some(t) = sealion_common::catalog::table_by_id(&state, p.table_id) else {
                 continue;
@@ -355,7 +359,7 @@ impl SystemSchema {
                 pid.push(p.id);
                 start.push(p.start_ns);
                 end.push(p.end_ns);
-                shard.push(0u32 as i64);
+                shard.push(i64::from(p.shard));
                 node.push(*n);
                 role.push(if i == 0 { "primary" } else { "backup" });
                 in_sync.push(p.in_sync.contains(n));

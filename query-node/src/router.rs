@@ -21,7 +21,9 @@ use sealion_common::catalog::time_column;
 use sealion_common::meta_client::MetaClient;
 use sealion_common::proto::meta_command::Cmd;
 use sealion_common::proto::storage_client::StorageClient;
-use sealion_common::proto::{EnsurePartitions, Partition, PartitionRows, Table, WriteRequest};
+use sealion_common::proto::{
+    ColumnKind, EnsurePartitions, Partition, PartitionRows, Table, WriteRequest,
+};
 use sealion_common::time::{partition_end, partition_start};
 use tonic::transport::Channel;
 
@@ -84,6 +86,49 @@ pub fn retention_cutoff_ns(table: &Table, now_ns: i64) -> i64 {
     }
 }
 
+/// Which shard each row of a batch belongs to: a hash of its series key
+/// (its non-null tags), as `sealion_format::rows::series_shard` defines it.
+struct ShardOf<'a> {
+    shards: u32,
+    /// The batch's tag columns as text, with their names.
+    tags: Vec<(&'a str, arrow::array::ArrayRef)>,
+}
+
+impl<'a> ShardOf<'a> {
+    fn new(table: &'a Table, batch: &RecordBatch) -> Result<Self> {
+        let shards = table.shards.max(1);
+        let mut tags = Vec::new();
+        if shards > 1 {
+            for c in table.columns.iter().filter(|c| c.kind() == ColumnKind::Tag) {
+                if let Some(array) = batch.column_by_name(&c.name) {
+                    let text = arrow::compute::cast(array, &arrow::datatypes::DataType::Utf8)?;
+                    tags.push((c.name.as_str(), text));
+                }
+            }
+        }
+        Ok(ShardOf { shards, tags })
+    }
+
+    fn row(&self, i: usize) -> Result<u32> {
+        if self.shards <= 1 {
+            return Ok(0);
+        }
+        let mut tags: Vec<(&str, &str)> = Vec::with_capacity(self.tags.len());
+        for (name, array) in &self.tags {
+            let strings = array
+                .as_any()
+                .downcast_ref::<arrow::array::StringArray>()
+                .ok_or_else(|| Error::Internal(format!("tag column {name} is not text")))?;
+            if !strings.is_null(i) {
+                tags.push((name, strings.value(i)));
+            }
+        }
+        let series = sealion_format::rows::encode_series(&tags)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        Ok(sealion_format::rows::series_shard(&series, self.shards))
+    }
+}
+
 impl WriteRouter {
     /// Writes `batch`, whose columns are named after `table`'s columns and
     /// include its time column. Returns the number of rows written.
@@ -120,7 +165,8 @@ impl WriteRouter {
             table,
             chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX),
         );
-        let mut rows_by_start: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+        let shard_of = ShardOf::new(table, &batch)?;
+        let mut rows_by_key: BTreeMap<(i64, u32), Vec<u32>> = BTreeMap::new();
         for i in 0..times.len() {
             if times.is_null(i) {
                 return Err(Error::Invalid(format!(
@@ -138,19 +184,24 @@ impl WriteRouter {
                     table.name
                 )));
             }
-            rows_by_start.entry(start).or_default().push(i as u32);
+            rows_by_key
+                .entry((start, shard_of.row(i)?))
+                .or_default()
+                .push(i as u32);
         }
-        let partitions = self
-            .partitions_for(table, rows_by_start.keys().copied().collect())
-            .await?;
+        let mut starts: Vec<i64> = rows_by_key.keys().map(|(s, _)| *s).collect();
+        starts.dedup();
+        let partitions = self.partitions_for(table, starts).await?;
 
-        let mut pending: Vec<PartitionRows> = Vec::with_capacity(rows_by_start.len());
-        for (start, rows) in rows_by_start {
+        let mut pending: Vec<PartitionRows> = Vec::with_capacity(rows_by_key.len());
+        for ((start, shard), rows) in rows_by_key {
             let p = partitions
                 .iter()
-                .find(|p| p.start_ns == start)
+                .find(|p| p.start_ns == start && p.shard == shard)
                 .ok_or_else(|| {
-                    Error::Internal(format!("meta returned no partition for start {start}"))
+                    Error::Internal(format!(
+                        "meta returned no partition for start {start}, shard {shard}"
+                    ))
                 })?;
             let indices = UInt32Array::from(rows);
             let part = take_record_batch(&batch, &indices)?;
@@ -283,7 +334,8 @@ impl WriteRouter {
         }
         let state = self.meta.state();
         let present = |p: &Partition| p.table_id == table.id && wanted.contains(&p.start_ns);
-        if state.partitions.iter().filter(|p| present(p)).count() == wanted.len() {
+        let shards = table.shards.max(1) as usize;
+        if state.partitions.iter().filter(|p| present(p)).count() == wanted.len() * shards {
             return Ok(state
                 .partitions
                 .iter()

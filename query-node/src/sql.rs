@@ -165,13 +165,18 @@ fn option_text(value: &SqlExpr) -> Result<String> {
     }
 }
 
+/// Most shards a table may have per time partition (meta holds the same
+/// limit).
+pub const MAX_SHARDS: u32 = 256;
+
 /// Translates `CREATE TABLE` into a Sealion table.
 ///
 /// The time column is the one TIMESTAMP column (or, if there are several,
 /// the one named `time`). Tags are the other columns of the PRIMARY KEY
 /// (`PRIMARY KEY (host, region, time)`), or those listed in the option
 /// `tags = 'host,region'`; every other column is a field. Options:
-/// `partition_interval` (default 1 day) and `retention` (default none).
+/// `partition_interval` (default 1 day), `retention` (default none) and
+/// `shards` (per time partition, default 1, at most `MAX_SHARDS`).
 pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, bool)> {
     let Statement::CreateTable(ct) = stmt else {
         return Err(Error::Internal("not a CREATE TABLE".into()));
@@ -217,6 +222,7 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
     }
     let mut interval = DEFAULT_PARTITION_INTERVAL_NS;
     let mut retention = 0i64;
+    let mut shards = 1u32;
     let options: &[SqlOption] = match &ct.table_options {
         CreateTableOptions::With(o)
         | CreateTableOptions::Options(o)
@@ -231,6 +237,16 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
         match k.value.to_ascii_lowercase().as_str() {
             "partition_interval" => interval = parse_duration_ns(&v)?,
             "retention" => retention = parse_duration_ns(&v)?,
+            "shards" => {
+                shards = match v.trim().parse::<u32>() {
+                    Ok(n) if (1..=MAX_SHARDS).contains(&n) => n,
+                    _ => {
+                        return Err(Error::Invalid(format!(
+                            "shards must be a whole number from 1 to {MAX_SHARDS}, not {v:?}"
+                        )));
+                    }
+                }
+            }
             "tags" => key.extend(
                 v.split(',')
                     .map(|s| s.trim().to_string())
@@ -238,7 +254,7 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
             ),
             other => {
                 return Err(Error::Invalid(format!(
-                    "unknown table option {other}; known: partition_interval, retention, tags"
+                    "unknown table option {other}; known: partition_interval, retention, shards, tags"
                 )));
             }
         }
@@ -295,6 +311,7 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
             partition_interval_ns: interval,
             retention_ns: retention,
             schema_version: 0,
+            shards,
         },
         ct.if_not_exists,
     ))

@@ -318,3 +318,139 @@ async fn sealion_cluster_command_runs_a_working_cluster_and_stops_it() {
         .await;
     }
 }
+
+/// A table with shards: each day is split into three partitions, each
+/// series lives in exactly one of them, every query over the table answers
+/// as over one partition per day, and the shards' primaries spread over the
+/// nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_table_spreads_each_day_over_shards_and_answers_the_same() {
+    let c = ProcCluster::start(1, 3, 2, &[]).await;
+    let http = c.http.clone();
+    let (status, body) = http
+        .sql(
+            "public",
+            "CREATE TABLE cpu (host TEXT, region TEXT, usage DOUBLE, n BIGINT, time TIMESTAMP NOT NULL, \
+             PRIMARY KEY (host, region, time)) WITH (shards = 3)",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for bad in ["0", "257", "'x'"] {
+        let (status, body) = http
+            .sql(
+                "public",
+                &format!("CREATE TABLE bad (v DOUBLE, time TIMESTAMP NOT NULL) WITH (shards = {bad})"),
+            )
+            .await;
+        assert_eq!(status, 400, "shards = {bad}: {body}");
+        assert!(body.to_string().contains("shards"), "{body}");
+    }
+    let data = Dataset {
+        hosts: 12,
+        days: 2,
+        step_s: 900,
+    };
+    for b in data.batches(500) {
+        let (status, body) = http.write("public", b).await;
+        assert_eq!(status, 204, "{body}");
+    }
+    check_per_host(&http, &c.pg_addr, &data).await;
+
+    let shards = http
+        .rows(
+            "public",
+            "SELECT start, count(DISTINCT shard), min(shard), max(shard), count(*) \
+             FROM system.partitions WHERE table_name = 'cpu' GROUP BY start ORDER BY start",
+        )
+        .await;
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    for day in &shards {
+        assert_eq!(
+            (&day[1], &day[2], &day[3], &day[4]),
+            (
+                &serde_json::json!(3),
+                &serde_json::json!(0),
+                &serde_json::json!(2),
+                &serde_json::json!(6)
+            ),
+            "three shards a day, two replicas each: {shards:?}"
+        );
+    }
+    let primaries = http
+        .rows(
+            "public",
+            "SELECT count(DISTINCT node_id) FROM system.partitions WHERE table_name = 'cpu' AND role = 'primary'",
+        )
+        .await;
+    assert!(primaries[0][0].as_u64().unwrap() >= 2, "{primaries:?}");
+    // Every shard holds rows, and the replicas of a shard agree.
+    let per_partition = http
+        .rows(
+            "public",
+            "SELECT partition_id, min(rows), max(rows) FROM system.partitions \
+             WHERE table_name = 'cpu' GROUP BY partition_id",
+        )
+        .await;
+    let mut total = 0;
+    for r in &per_partition {
+        assert_eq!(r[1], r[2], "{per_partition:?}");
+        assert!(r[1].as_u64().unwrap() > 0, "an empty shard: {per_partition:?}");
+        total += r[1].as_u64().unwrap();
+    }
+    assert_eq!(total as usize, data.rows().len());
+    // Each series lives in one shard per day: the rows of a day split
+    // between shards exactly as the series do (whole series per shard).
+    let per_day_rows = 86_400 / data.step_s as u64;
+    for r in &per_partition {
+        assert_eq!(
+            r[1].as_u64().unwrap() % per_day_rows,
+            0,
+            "a shard holds whole series: {per_partition:?}"
+        );
+    }
+
+    // The newest rows, the last point of every host, and a time-ordered
+    // lookup read the shards of a day together.
+    let newest = http
+        .rows("public", "SELECT max(time) FROM cpu")
+        .await;
+    let top = http
+        .rows("public", "SELECT time, host FROM cpu ORDER BY time DESC, host LIMIT 3")
+        .await;
+    assert_eq!(top.len(), 3);
+    assert!(top.iter().all(|r| r[0] == newest[0][0]), "{top:?} vs {newest:?}");
+    let last = http
+        .rows(
+            "public",
+            "SELECT DISTINCT ON (host) host, time, usage FROM cpu ORDER BY host, time DESC",
+        )
+        .await;
+    assert_eq!(last.len(), data.hosts);
+    let end_s = DAY0_S + data.days * 86_400 - data.step_s;
+    for r in &last {
+        let h: usize = r[0].as_str().unwrap()["host_".len()..].parse().unwrap();
+        assert_eq!(r[2].as_f64().unwrap(), Dataset::value(h, end_s) as f64, "{r:?}");
+    }
+    let one = http
+        .rows(
+            "public",
+            "SELECT count(*), sum(n) FROM cpu WHERE host = 'host_5'",
+        )
+        .await;
+    let want: i64 = data.rows().iter().filter(|r| r.0 == 5).map(|r| r.2).sum();
+    assert_eq!(one[0][0].as_u64().unwrap() as usize, data.rows().len() / data.hosts);
+    assert_eq!(one[0][1].as_i64().unwrap(), want);
+    // A DELETE and a seal reach every shard.
+    let (status, body) = http.sql("public", "DELETE FROM cpu WHERE host = 'host_5'").await;
+    assert_eq!(status, 200, "{body}");
+    let sealed = admin_seal(&http, "cpu").await;
+    assert_eq!(sealed.len(), 6, "{sealed:?}");
+    assert!(sealed.iter().all(|o| o == "sealed"), "{sealed:?}");
+    let after = per_host_over_http(&http, "true").await;
+    let want: Vec<_> = data
+        .per_host()
+        .into_iter()
+        .filter(|r| r.0 != "host_5")
+        .collect();
+    assert_eq!(after, want);
+}
