@@ -12,8 +12,9 @@
 //! reconnect it. After the run everything is healed, the cluster must bring
 //! every replica back in sync, and a checker reads all rows: every
 //! acknowledged row is present exactly once, no row appears that was never
-//! written, and the replicas of each partition hold the same number of
-//! rows.
+//! written, the replicas of each partition hold the same number of rows,
+//! and a final seal finds every backup's rows equal to its primary's by
+//! digest.
 //!
 //! `SEALION_CHAOS_SECONDS` (default 20) sets the length of the fault
 //! phase and `SEALION_CHAOS_SEED` the schedule (default: a fixed one); the
@@ -359,6 +360,26 @@ async fn run_chaos(mut c: Cluster, seed: u64, seconds: u64) {
         .iter()
         .filter(|r| r[1] != r[2] || r[3] != 3)
         .collect();
+    // A stronger check than row counts: seal everything (every partition's
+    // time has passed). Each primary sends the digest of its rows to its
+    // backups, and a backup whose rows differ is taken out of the in-sync
+    // set, which bumps the partition's epoch.
+    let epochs = || async {
+        http.rows(
+            "public",
+            "SELECT partition_id, max(epoch), bool_and(in_sync) FROM system.partitions \
+             WHERE table_name = 'chaos' GROUP BY partition_id ORDER BY partition_id",
+        )
+        .await
+    };
+    let before_seal = epochs().await;
+    let sealed = admin_seal(&http, "chaos").await;
+    let after_seal = epochs().await;
+    let digest_diverged: Vec<(&Vec<serde_json::Value>, &Vec<serde_json::Value>)> = before_seal
+        .iter()
+        .zip(after_seal.iter())
+        .filter(|(b, a)| b != a)
+        .collect();
 
     println!("summary (seed {seed}):");
     println!("  | what                              | count |");
@@ -395,6 +416,10 @@ async fn run_chaos(mut c: Cluster, seed: u64, seconds: u64) {
         "  | partitions whose replicas differ  | {:>5} |",
         diverged.len()
     );
+    println!(
+        "  | ... by digest at the final seal   | {:>5} |",
+        digest_diverged.len()
+    );
 
     assert!(
         !acked.is_empty(),
@@ -416,5 +441,13 @@ async fn run_chaos(mut c: Cluster, seed: u64, seconds: u64) {
     assert!(
         diverged.is_empty(),
         "replicas differ (seed {seed}): {diverged:?}"
+    );
+    assert!(
+        sealed.iter().all(|o| o == "sealed" || o == "already_sealed"),
+        "the final seal (seed {seed}): {sealed:?}"
+    );
+    assert!(
+        digest_diverged.is_empty(),
+        "replicas' rows differ by digest (seed {seed}): {digest_diverged:?}"
     );
 }

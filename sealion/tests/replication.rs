@@ -325,6 +325,13 @@ async fn a_node_gone_for_good_is_replaced_from_the_survivors() {
         .map(|r| r[0].as_u64().unwrap())
         .collect();
     let newcomer = *now.iter().find(|n| !holders.contains(n)).unwrap();
+    // The partitions were sealed with nothing beside their files, so the
+    // newcomer got the files themselves (checked, then put in place).
+    let log = c.storages[c.index_of(newcomer).await].log_text();
+    assert!(
+        log.contains("installed a sealed file copied from the primary"),
+        "the sealed partition was not copied as a file:\n{log}"
+    );
     for old in holders.iter().filter(|n| **n != gone) {
         let i = c.index_of(*old).await;
         c.storages[i].kill();

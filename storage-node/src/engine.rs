@@ -983,6 +983,145 @@ impl Engine {
         })
     }
 
+    /// The sealed file of `partition_id` when it is all the partition holds
+    /// (no late rows, no deletes pending): then the file alone is a copy of
+    /// the partition.
+    pub fn clean_sealed_file(&self, partition_id: u64) -> Result<Option<Arc<SealedFile>>> {
+        let (snapshot, file) = {
+            let _shared = self.swap.read().map_err(|_| poisoned())?;
+            (self.db.snapshot(), self.sealed_file(partition_id)?)
+        };
+        let Some(file) = file else { return Ok(None) };
+        let prefix = partition_prefix(partition_id);
+        let late = snapshot
+            .iterator_opt(
+                IteratorMode::From(&prefix, Direction::Forward),
+                partition_read_options(partition_id),
+            )
+            .next()
+            .is_some();
+        if late || !self.snapshot_deletes(&snapshot, partition_id)?.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(file))
+    }
+
+    fn incoming_path(&self, partition_id: u64) -> PathBuf {
+        // Not a recorded file name: a restart removes a half-received copy.
+        self.sealed_dir.join(format!("incoming-{partition_id:016x}.part"))
+    }
+
+    /// Appends a chunk of a sealed file copied from another replica; the
+    /// chunk at offset 0 starts the file over. Chunks must come in order.
+    pub fn receive_sealed_chunk(&self, partition_id: u64, offset: u64, bytes: &[u8]) -> Result<()> {
+        use std::io::Write;
+        let path = self.incoming_path(partition_id);
+        let mut f = if offset == 0 {
+            std::fs::File::create(&path)?
+        } else {
+            let f = std::fs::OpenOptions::new().append(true).open(&path)?;
+            let have = f.metadata()?.len();
+            if have != offset {
+                return Err(Error::Invalid(format!(
+                    "chunk of partition {partition_id}'s file at offset {offset}, but {have} bytes have arrived"
+                )));
+            }
+            f
+        };
+        f.write_all(bytes)?;
+        Ok(())
+    }
+
+    /// Puts the sealed file received for `partition_id` in place of
+    /// everything this node held of it. The file must have `len` bytes and
+    /// CRC32C `crc`, and open as a sealed file of that partition (its
+    /// directory checksums are checked on open, its pages on every read)
+    /// before anything is replaced; otherwise it is removed and the copy
+    /// stays as it was.
+    pub fn install_sealed(&self, partition_id: u64, len: u64, crc: u32) -> Result<u64> {
+        use std::io::Read;
+        let incoming = self.incoming_path(partition_id);
+        let checked = (|| -> Result<SealedFile> {
+            let mut f = std::fs::File::open(&incoming)?;
+            let mut buf = vec![0u8; 1 << 20];
+            let (mut got_len, mut got_crc) = (0u64, 0u32);
+            loop {
+                let n = f.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                got_crc = crc32c::crc32c_append(got_crc, &buf[..n]);
+                got_len += n as u64;
+            }
+            f.sync_all()?;
+            if (got_len, got_crc) != (len, crc) {
+                return Err(Error::Corrupt {
+                    partition_id,
+                    reason: format!(
+                        "copied sealed file has {got_len} bytes with CRC32C {got_crc:08x}, the primary's has {len} bytes with {crc:08x}"
+                    ),
+                });
+            }
+            let file = SealedFile::open(&incoming)?;
+            if file.partition_id() != partition_id {
+                return Err(Error::Corrupt {
+                    partition_id,
+                    reason: format!("copied sealed file is of partition {}", file.partition_id()),
+                });
+            }
+            Ok(file)
+        })();
+        let file = match checked {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = std::fs::remove_file(&incoming);
+                return Err(e);
+            }
+        };
+        let rows = file.summary().rows;
+        drop(file);
+        let _one = self.sealing.lock().map_err(|_| poisoned())?;
+        let unique = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let name = format!("{partition_id:016x}-{unique}-copy.{FILE_SUFFIX}");
+        let path = self.sealed_dir.join(&name);
+        std::fs::rename(&incoming, &path)?;
+        std::fs::File::open(&self.sealed_dir)?.sync_all()?;
+        let file = Arc::new(SealedFile::open(&path)?);
+        let from = partition_prefix(partition_id).to_vec();
+        let to = match partition_id.checked_add(1) {
+            Some(next) => partition_prefix(next).to_vec(),
+            None => vec![0xff; 9],
+        };
+        let cf = self
+            .db
+            .cf_handle(SEALED_CF)
+            .ok_or_else(|| Error::Internal("no sealed column family".into()))?;
+        let mut batch = WriteBatch::default();
+        batch.delete_range(from.clone(), to.clone());
+        batch.delete_range_cf(self.deletes_cf()?, from.clone(), to.clone());
+        batch.delete_range_cf(self.batches_cf()?, from, to);
+        batch.put_cf(&cf, partition_id.to_be_bytes(), name.as_bytes());
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        let old = {
+            let _exclusive = self.swap.write().map_err(|_| poisoned())?;
+            self.db.write_opt(batch, &opts)?;
+            self.sealed
+                .write()
+                .map_err(|_| poisoned())?
+                .insert(partition_id, file)
+        };
+        if let Some(old) = old
+            && let Err(e) = std::fs::remove_file(old.path())
+        {
+            tracing::warn!(error = %e, "could not remove a replaced sealed file");
+        }
+        Ok(rows)
+    }
+
     /// Ids of the partitions this node holds rows of (open or sealed), in
     /// order. Seeks from one partition's prefix to the next, so it costs one
     /// seek per partition, not one step per row.
@@ -1309,6 +1448,75 @@ mod tests {
         e.drop_partitions(&[1]).unwrap();
         assert!(e.batch_marks(1).unwrap().is_empty());
         assert_eq!(e.batch_marks(3).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_copied_sealed_file_replaces_the_copy_only_when_its_bytes_check_out() {
+        let cols = columns();
+        let d1 = tempfile::tempdir().unwrap();
+        let primary = Engine::open(d1.path()).unwrap();
+        primary
+            .write(&cols, &[(1, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0), ("c", 3, 3.0)])])])
+            .unwrap();
+        primary.seal(1, &cols).unwrap();
+        let file = primary.clean_sealed_file(1).unwrap().expect("only the file");
+        let bytes = std::fs::read(file.path()).unwrap();
+        let crc = crc32c::crc32c(&bytes);
+        // Late rows or deletes beside the file: the file alone is no copy.
+        primary.write(&cols, &[(1, vec![batch(&[("d", 4, 4.0)])])]).unwrap();
+        assert!(primary.clean_sealed_file(1).unwrap().is_none());
+
+        let d2 = tempfile::tempdir().unwrap();
+        let replica = Engine::open(d2.path()).unwrap();
+        replica.write(&cols, &[(1, vec![batch(&[("z", 9, 9.0)])])]).unwrap();
+        replica.write(&cols, &[(2, vec![batch(&[("y", 8, 8.0)])])]).unwrap();
+        replica.write_batch(&cols, &[(1, vec![])], b"old", 1).unwrap();
+        let before = all_rows(&replica, vec![1]);
+        let send = |bytes: &[u8]| {
+            for (i, chunk) in bytes.chunks(100).enumerate() {
+                replica.receive_sealed_chunk(1, (i * 100) as u64, chunk).unwrap();
+            }
+        };
+        // A chunk out of order is refused.
+        replica.receive_sealed_chunk(1, 0, &bytes[..100]).unwrap();
+        assert!(matches!(
+            replica.receive_sealed_chunk(1, 300, &bytes[100..200]),
+            Err(Error::Invalid(_))
+        ));
+        // A damaged byte, a wrong length: refused, the copy stays.
+        let mut damaged = bytes.clone();
+        damaged[bytes.len() / 2] ^= 0x40;
+        send(&damaged);
+        let err = replica.install_sealed(1, bytes.len() as u64, crc).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { partition_id: 1, .. }), "{err}");
+        send(&bytes);
+        assert!(replica.install_sealed(1, bytes.len() as u64 + 1, crc).is_err());
+        assert_eq!(all_rows(&replica, vec![1]), before);
+        assert!(replica.sealed_file(1).unwrap().is_none());
+        // The file as sent: it replaces the open rows and batch marks of
+        // partition 1, and nothing of partition 2.
+        send(&bytes);
+        assert_eq!(replica.install_sealed(1, bytes.len() as u64, crc).unwrap(), 3);
+        let copied = all_rows(&replica, vec![1]);
+        assert_eq!(copied.len(), 3);
+        assert_eq!(replica.digest(1).unwrap(), {
+            let d3 = tempfile::tempdir().unwrap();
+            let model = Engine::open(d3.path()).unwrap();
+            model
+                .write(&cols, &[(1, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0), ("c", 3, 3.0)])])])
+                .unwrap();
+            model.digest(1).unwrap()
+        });
+        assert!(replica.batch_marks(1).unwrap().is_empty());
+        assert_eq!(all_rows(&replica, vec![2]).len(), 1);
+        drop(replica);
+        let replica = Engine::open(d2.path()).unwrap();
+        assert_eq!(all_rows(&replica, vec![1]), copied);
+        assert_eq!(
+            std::fs::read_dir(d2.path().join(SEALED_DIR)).unwrap().count(),
+            1,
+            "no incoming file is left behind"
+        );
     }
 
     fn predicate_host(host: &str) -> DeletePredicate {

@@ -16,9 +16,12 @@
 //! knows: a primary that meta has replaced cannot get an acknowledgement.
 //!
 //! A replica outside the in-sync set asks the primary to resync it: under
-//! the partition's lock the primary streams the partition's rows (sealed,
-//! late and open, deletes applied) to it, the replica replaces its copy with
-//! them, and the primary records it as in sync before writes resume.
+//! the partition's lock the primary sends it the partition, as its sealed
+//! file when that is all the partition holds (length and CRC32C checked
+//! before the file replaces anything) and otherwise as rows (sealed, late
+//! and open, deletes applied); the replica replaces its copy, its rows are
+//! checked against the primary's digest, and the primary records it as in
+//! sync before writes resume.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -608,83 +611,33 @@ pub async fn resync(ctx: &Arc<NodeContext>, pid: u64, node: u64) -> Result<u64> 
     let columns: Vec<Column> = table.columns.clone();
     let mut client = ctx.peers.node(&state, node)?;
 
-    // Read the partition as a scan would (deletes applied, late rows
-    // merged), in chunks, while the chunks before go out.
-    let scan = ScanRequest {
-        table_id: p.table_id,
-        partition_ids: vec![pid],
-        start_ns: i64::MIN,
-        end_ns: i64::MAX,
-        projection: columns.clone(),
-        table_columns: columns.clone(),
-        ..Default::default()
-    };
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<RecordBatch>>(2);
-    let engine = ctx.engine.clone();
-    let reader = tokio::task::spawn_blocking(move || -> Result<()> {
-        let mut chunk: Vec<RecordBatch> = Vec::new();
-        let mut rows = 0;
-        engine.scan(&scan, |batch| {
-            rows += batch.num_rows();
-            chunk.push(batch);
-            if rows >= INSTALL_CHUNK_ROWS {
-                rows = 0;
-                return tx.blocking_send(std::mem::take(&mut chunk)).is_ok();
-            }
-            true
-        })?;
-        if !chunk.is_empty() {
-            let _ = tx.blocking_send(chunk);
-        }
-        Ok(())
-    });
     let marks = {
         let engine = ctx.engine.clone();
         tokio::task::spawn_blocking(move || engine.batch_marks(pid))
             .await
             .map_err(|e| Error::Internal(format!("resync read task failed: {e}")))??
     };
-    let mut copied = 0u64;
-    let mut first = true;
-    loop {
-        let batches = match rx.recv().await {
-            Some(b) => b,
-            // An empty partition still makes the replica drop what it had.
-            None if first => Vec::new(),
-            None => break,
-        };
-        copied += batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
-        let mut r = tonic::Request::new(InstallRequest {
-            table_id: p.table_id,
-            partition_id: pid,
-            columns: columns.clone(),
-            reset: first,
-            arrow_ipc: encode_ipc(&batches)?,
-            epoch: p.epoch,
-            batch_marks: if first {
-                marks
-                    .iter()
-                    .map(|(id, at)| BatchMark {
-                        batch_id: id.clone(),
-                        applied_ms: *at,
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            },
-        });
-        r.set_timeout(INSTALL_TIMEOUT);
-        client.install(r).await.map_err(|s| {
-            Error::Unavailable(format!(
-                "installing partition {pid} on node {node}: {}",
-                s.message()
-            ))
-        })?;
-        first = false;
-    }
-    reader
-        .await
-        .map_err(|e| Error::Internal(format!("resync read task failed: {e}")))??;
+    let marks: Vec<BatchMark> = marks
+        .into_iter()
+        .map(|(batch_id, applied_ms)| BatchMark {
+            batch_id,
+            applied_ms,
+        })
+        .collect();
+    let clean = {
+        let engine = ctx.engine.clone();
+        tokio::task::spawn_blocking(move || engine.clean_sealed_file(pid))
+            .await
+            .map_err(|e| Error::Internal(format!("resync read task failed: {e}")))??
+    };
+    let copied = match clean {
+        // Sealed with nothing beside the file: the file is the copy.
+        Some(file) => {
+            copy_file(&mut client, &p, node, file.path(), marks).await?;
+            file.summary().rows
+        }
+        None => copy_rows(ctx, &mut client, &p, node, columns, marks).await?,
+    };
     // The copy must hold this node's rows (sealed when they are sealed
     // here) before it counts as in sync.
     let expected = digest(ctx, pid).await?;
@@ -746,6 +699,180 @@ pub async fn resync(ctx: &Arc<NodeContext>, pid: u64, node: u64) -> Result<u64> 
     Ok(copied)
 }
 
+/// Copies partition `p` to `node` as rows (sealed, late and open, deletes
+/// applied), in chunks read while the chunks before go out. The first chunk
+/// clears the replica's copy. Returns the rows sent.
+async fn copy_rows(
+    ctx: &NodeContext,
+    client: &mut StorageClient<Channel>,
+    p: &Partition,
+    node: u64,
+    columns: Vec<Column>,
+    mut marks: Vec<BatchMark>,
+) -> Result<u64> {
+    let pid = p.id;
+    let scan = ScanRequest {
+        table_id: p.table_id,
+        partition_ids: vec![pid],
+        start_ns: i64::MIN,
+        end_ns: i64::MAX,
+        projection: columns.clone(),
+        table_columns: columns.clone(),
+        ..Default::default()
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<RecordBatch>>(2);
+    let engine = ctx.engine.clone();
+    let reader = tokio::task::spawn_blocking(move || -> Result<()> {
+        let mut chunk: Vec<RecordBatch> = Vec::new();
+        let mut rows = 0;
+        engine.scan(&scan, |batch| {
+            rows += batch.num_rows();
+            chunk.push(batch);
+            if rows >= INSTALL_CHUNK_ROWS {
+                rows = 0;
+                return tx.blocking_send(std::mem::take(&mut chunk)).is_ok();
+            }
+            true
+        })?;
+        if !chunk.is_empty() {
+            let _ = tx.blocking_send(chunk);
+        }
+        Ok(())
+    });
+    let mut copied = 0u64;
+    let mut first = true;
+    loop {
+        let batches = match rx.recv().await {
+            Some(b) => b,
+            // An empty partition still makes the replica drop what it had.
+            None if first => Vec::new(),
+            None => break,
+        };
+        copied += batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+        let mut r = tonic::Request::new(InstallRequest {
+            table_id: p.table_id,
+            partition_id: pid,
+            columns: columns.clone(),
+            reset: first,
+            arrow_ipc: encode_ipc(&batches)?,
+            epoch: p.epoch,
+            batch_marks: std::mem::take(&mut marks),
+            ..Default::default()
+        });
+        r.set_timeout(INSTALL_TIMEOUT);
+        client.install(r).await.map_err(|s| {
+            Error::Unavailable(format!(
+                "installing partition {pid} on node {node}: {}",
+                s.message()
+            ))
+        })?;
+        first = false;
+    }
+    reader
+        .await
+        .map_err(|e| Error::Internal(format!("resync read task failed: {e}")))??;
+    Ok(copied)
+}
+
+/// Bytes of a sealed file per `Install` message.
+const FILE_CHUNK_BYTES: usize = 4 << 20;
+
+/// Copies partition `p` to `node` as its sealed file at `path`: the bytes
+/// in order, then the length and CRC32C, which the replica checks before
+/// the file replaces its copy. Returns the rows the file holds.
+async fn copy_file(
+    client: &mut StorageClient<Channel>,
+    p: &Partition,
+    node: u64,
+    path: &std::path::Path,
+    marks: Vec<BatchMark>,
+) -> Result<()> {
+    let pid = p.id;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
+    let path = path.to_path_buf();
+    let reader = tokio::task::spawn_blocking(move || -> Result<(u64, u32)> {
+        use std::io::Read;
+        let mut f = std::fs::File::open(&path)?;
+        let (mut len, mut crc) = (0u64, 0u32);
+        loop {
+            let mut buf = vec![0u8; FILE_CHUNK_BYTES];
+            let mut filled = 0;
+            while filled < buf.len() {
+                let n = f.read(&mut buf[filled..])?;
+                if n == 0 {
+                    break;
+                }
+                filled += n;
+            }
+            if filled == 0 {
+                break;
+            }
+            buf.truncate(filled);
+            crc = crc32c::crc32c_append(crc, &buf);
+            len += filled as u64;
+            if tx.blocking_send(buf).is_err() {
+                break;
+            }
+        }
+        Ok((len, crc))
+    });
+    let mut offset = 0u64;
+    let send = |client: &mut StorageClient<Channel>, req: InstallRequest| {
+        let mut r = tonic::Request::new(req);
+        r.set_timeout(INSTALL_TIMEOUT);
+        let mut client = client.clone();
+        async move {
+            client.install(r).await.map_err(|s| {
+                Error::Unavailable(format!(
+                    "installing the sealed file of partition {pid} on node {node}: {}",
+                    s.message()
+                ))
+            })
+        }
+    };
+    while let Some(chunk) = rx.recv().await {
+        let n = chunk.len() as u64;
+        send(
+            client,
+            InstallRequest {
+                table_id: p.table_id,
+                partition_id: pid,
+                reset: offset == 0,
+                epoch: p.epoch,
+                sealed_file: chunk,
+                file_offset: offset,
+                ..Default::default()
+            },
+        )
+        .await?;
+        offset += n;
+    }
+    let (len, crc) = reader
+        .await
+        .map_err(|e| Error::Internal(format!("resync read task failed: {e}")))??;
+    if len != offset {
+        return Err(Error::Internal(format!(
+            "read {len} bytes of partition {pid}'s file but sent {offset}"
+        )));
+    }
+    send(
+        client,
+        InstallRequest {
+            table_id: p.table_id,
+            partition_id: pid,
+            epoch: p.epoch,
+            batch_marks: marks,
+            file_done: true,
+            file_len: len,
+            file_crc32c: crc,
+            file_offset: offset,
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok(())
+}
+
 /// On a replica that is not in sync: replaces its copy of the partition with
 /// the rows the primary sends. Refused on an in-sync replica, whose copy is
 /// authoritative, and for an epoch other than the current one.
@@ -760,6 +887,9 @@ pub async fn install(ctx: &Arc<NodeContext>, req: InstallRequest) -> Result<()> 
         return Err(Error::Invalid(format!(
             "node {me} is in sync for partition {pid}; its copy is not replaced"
         )));
+    }
+    if !req.sealed_file.is_empty() || req.file_done {
+        return install_file(ctx, req).await;
     }
     // An empty partition comes as one chunk with no IPC stream at all.
     let batches = if req.arrow_ipc.is_empty() {
@@ -789,6 +919,37 @@ pub async fn install(ctx: &Arc<NodeContext>, req: InstallRequest) -> Result<()> 
     .map_err(|e| Error::Internal(format!("install task failed: {e}")))??;
     if reset {
         ctx.forget_published(pid);
+    }
+    Ok(())
+}
+
+/// The file part of `install`: stores a chunk, or, on the last message,
+/// checks the file and puts it in place of this node's copy.
+async fn install_file(ctx: &Arc<NodeContext>, req: InstallRequest) -> Result<()> {
+    let pid = req.partition_id;
+    let engine = ctx.engine.clone();
+    let marks: Vec<(Vec<u8>, u64)> = req
+        .batch_marks
+        .into_iter()
+        .map(|m| (m.batch_id, m.applied_ms))
+        .collect();
+    let done = req.file_done;
+    let rows = tokio::task::spawn_blocking(move || -> Result<Option<u64>> {
+        if !req.sealed_file.is_empty() {
+            engine.receive_sealed_chunk(pid, req.file_offset, &req.sealed_file)?;
+        }
+        if !done {
+            return Ok(None);
+        }
+        let rows = engine.install_sealed(pid, req.file_len, req.file_crc32c)?;
+        engine.record_batch_marks(pid, &marks)?;
+        Ok(Some(rows))
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("install task failed: {e}")))??;
+    if let Some(rows) = rows {
+        ctx.forget_published(pid);
+        tracing::info!(partition_id = pid, rows, "installed a sealed file copied from the primary");
     }
     Ok(())
 }
