@@ -167,6 +167,8 @@ fn column_shape(c: &Column) -> Result<(ColumnKind, DataType), Refusal> {
 
 /// Most shards a table may have per time partition.
 pub const MAX_SHARDS: u32 = 256;
+/// Most replicas a table may ask for.
+pub const MAX_REPLICATION_FACTOR: u32 = 7;
 
 /// A table's shards per time partition (0 is read as 1).
 pub fn table_shards(table: &Table) -> u32 {
@@ -246,6 +248,12 @@ fn create_table(state: &mut ClusterState, c: &CreateTable) -> Outcome {
             t.shards
         )));
     }
+    if t.replication_factor > MAX_REPLICATION_FACTOR {
+        return Err(invalid(format!(
+            "a table has at most {MAX_REPLICATION_FACTOR} replicas, {} were asked",
+            t.replication_factor
+        )));
+    }
     if t.retention_ns < 0 {
         return Err(invalid(format!(
             "retention must not be negative, got {} ns",
@@ -261,6 +269,7 @@ fn create_table(state: &mut ClusterState, c: &CreateTable) -> Outcome {
         retention_ns: t.retention_ns,
         schema_version: 1,
         shards: t.shards.max(1),
+        replication_factor: t.replication_factor,
     };
     state.next_table_id += 1;
     state.tables.push(table.clone());
@@ -393,6 +402,7 @@ fn create_table_for_write(
         retention_ns: 0,
         schema_version: 1,
         shards: 1,
+        replication_factor: 0,
     };
     state.next_table_id += 1;
     state.tables.push(table.clone());

@@ -106,7 +106,8 @@ fn rank(table_id: u64, start_ns: i64, shard: u32, node: u64) -> u64 {
 
 /// Fills `cmd.placements` for every requested start that has no partition
 /// yet (one per shard of the table), by consistent hashing with bounded
-/// loads on the key (table, start, shard): `replication_factor`
+/// loads on the key (table, start, shard): the table's replication factor
+/// (or, when it has none, `replication_factor`)
 /// distinct nodes (capped at the number of nodes), taken in the key's
 /// rendezvous order among the nodes that are up and hold fewer than
 /// `LOAD_BOUND` times the mean number of replicas; when those are too few,
@@ -169,7 +170,11 @@ pub fn place(
     let up: HashMap<u64, bool> = state.nodes.iter().map(|n| (n.id, is_up(n.id))).collect();
     let is_up = |id: &u64| up.get(id).copied().unwrap_or(false);
     let nodes = state.nodes.len();
-    let rf = replication_factor.clamp(1, nodes);
+    let rf = match table.replication_factor {
+        0 => replication_factor,
+        n => n as usize,
+    }
+    .clamp(1, nodes);
     let shards = crate::machine::table_shards(table);
     for (start, shard) in missing
         .into_iter()
@@ -399,6 +404,19 @@ mod tests {
             let led = cmd.placements.iter().filter(|p| p.replicas[0] == id).count();
             assert!((1..=3).contains(&led), "node {id} leads {led}: {:?}", cmd.placements);
         }
+    }
+
+    #[test]
+    fn a_table_of_its_own_replication_factor_overrides_the_cluster_one() {
+        let mut s = state(&[1, 2, 3, 4], &[]);
+        s.tables[0].replication_factor = 2;
+        let mut cmd = ensure(vec![0]);
+        place(&s, &mut cmd, |_| true, 3).unwrap();
+        assert_eq!(cmd.placements[0].replicas.len(), 2);
+        s.tables[0].replication_factor = 0;
+        let mut cmd = ensure(vec![0]);
+        place(&s, &mut cmd, |_| true, 3).unwrap();
+        assert_eq!(cmd.placements[0].replicas.len(), 3);
     }
 
     #[test]

@@ -263,6 +263,8 @@ impl SystemSchema {
                 Field::new("partition_interval_ns", DataType::Int64, false),
                 Field::new("retention_ns", DataType::Int64, false),
                 Field::new("shards", DataType::UInt32, false),
+                // Null: the cluster's --replication-factor.
+                Field::new("replication_factor", DataType::UInt32, true),
                 Field::new("partitions", DataType::UInt64, false),
             ],
             vec![
@@ -282,6 +284,10 @@ impl SystemSchema {
                 )),
                 Arc::new(arrow::array::UInt32Array::from_iter_values(
                     t.iter().map(|x| x.shards.max(1)),
+                )),
+                Arc::new(arrow::array::UInt32Array::from_iter(
+                    t.iter()
+                        .map(|x| (x.replication_factor > 0).then_some(x.replication_factor)),
                 )),
                 Arc::new(UInt64Array::from_iter_values(t.iter().map(|x| {
                     state

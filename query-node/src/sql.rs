@@ -168,6 +168,8 @@ fn option_text(value: &SqlExpr) -> Result<String> {
 /// Most shards a table may have per time partition (meta holds the same
 /// limit).
 pub const MAX_SHARDS: u32 = 256;
+/// Most replicas a table may ask for (meta holds the same limit).
+pub const MAX_REPLICATION_FACTOR: u32 = 7;
 
 /// Translates `CREATE TABLE` into a Sealion table.
 ///
@@ -175,8 +177,9 @@ pub const MAX_SHARDS: u32 = 256;
 /// the one named `time`). Tags are the other columns of the PRIMARY KEY
 /// (`PRIMARY KEY (host, region, time)`), or those listed in the option
 /// `tags = 'host,region'`; every other column is a field. Options:
-/// `partition_interval` (default 1 day), `retention` (default none) and
-/// `shards` (per time partition, default 1, at most `MAX_SHARDS`).
+/// `partition_interval` (default 1 day), `retention` (default none),
+/// `shards` (per time partition, default 1, at most `MAX_SHARDS`), and
+/// `replication_factor` (default: the cluster's).
 pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, bool)> {
     let Statement::CreateTable(ct) = stmt else {
         return Err(Error::Internal("not a CREATE TABLE".into()));
@@ -223,6 +226,7 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
     let mut interval = DEFAULT_PARTITION_INTERVAL_NS;
     let mut retention = 0i64;
     let mut shards = 1u32;
+    let mut replication_factor = 0u32;
     let options: &[SqlOption] = match &ct.table_options {
         CreateTableOptions::With(o)
         | CreateTableOptions::Options(o)
@@ -237,6 +241,16 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
         match k.value.to_ascii_lowercase().as_str() {
             "partition_interval" => interval = parse_duration_ns(&v)?,
             "retention" => retention = parse_duration_ns(&v)?,
+            "replication_factor" => {
+                replication_factor = match v.trim().parse::<u32>() {
+                    Ok(n) if (1..=MAX_REPLICATION_FACTOR).contains(&n) => n,
+                    _ => {
+                        return Err(Error::Invalid(format!(
+                            "replication_factor must be a whole number from 1 to {MAX_REPLICATION_FACTOR}, not {v:?}"
+                        )));
+                    }
+                }
+            }
             "shards" => {
                 shards = match v.trim().parse::<u32>() {
                     Ok(n) if (1..=MAX_SHARDS).contains(&n) => n,
@@ -254,7 +268,7 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
             ),
             other => {
                 return Err(Error::Invalid(format!(
-                    "unknown table option {other}; known: partition_interval, retention, shards, tags"
+                    "unknown table option {other}; known: partition_interval, replication_factor, retention, shards, tags"
                 )));
             }
         }
@@ -312,6 +326,7 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
             retention_ns: retention,
             schema_version: 0,
             shards,
+            replication_factor,
         },
         ct.if_not_exists,
     ))

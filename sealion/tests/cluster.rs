@@ -345,6 +345,31 @@ async fn a_sharded_table_spreads_each_day_over_shards_and_answers_the_same() {
         assert_eq!(status, 400, "shards = {bad}: {body}");
         assert!(body.to_string().contains("shards"), "{body}");
     }
+    // A table may ask for its own number of replicas.
+    let (status, body) = http
+        .sql(
+            "public",
+            "CREATE TABLE solo (v DOUBLE, time TIMESTAMP NOT NULL) WITH (replication_factor = 1)",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http.write("public", "solo v=1.0 1704067200000000000\n".into()).await;
+    assert_eq!(status, 204, "{body}");
+    let solo = http
+        .rows(
+            "public",
+            "SELECT count(*), min(t.replication_factor) FROM system.partitions p \
+             JOIN system.tables t ON p.table_name = t.table_name AND p.database = t.database WHERE p.table_name = 'solo'",
+        )
+        .await;
+    assert_eq!(solo, vec![vec![serde_json::json!(1), serde_json::json!(1)]]);
+    let (status, body) = http
+        .sql(
+            "public",
+            "CREATE TABLE bad (v DOUBLE, time TIMESTAMP NOT NULL) WITH (replication_factor = 8)",
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
     let data = Dataset {
         hosts: 12,
         days: 2,
