@@ -151,6 +151,16 @@ fn sql_type(text: &str) -> Result<DataType> {
     })
 }
 
+/// A table option that counts something, from 1 to `max`.
+fn count_option(name: &str, v: &str, max: u32) -> Result<u32> {
+    match v.trim().parse::<u32>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(Error::Invalid(format!(
+            "{name} must be a whole number from 1 to {max}, not {v:?}"
+        ))),
+    }
+}
+
 fn option_text(value: &SqlExpr) -> Result<String> {
     match value {
         SqlExpr::Value(v) => match &v.value {
@@ -242,25 +252,9 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
             "partition_interval" => interval = parse_duration_ns(&v)?,
             "retention" => retention = parse_duration_ns(&v)?,
             "replication_factor" => {
-                replication_factor = match v.trim().parse::<u32>() {
-                    Ok(n) if (1..=MAX_REPLICATION_FACTOR).contains(&n) => n,
-                    _ => {
-                        return Err(Error::Invalid(format!(
-                            "replication_factor must be a whole number from 1 to {MAX_REPLICATION_FACTOR}, not {v:?}"
-                        )));
-                    }
-                }
+                replication_factor = count_option("replication_factor", &v, MAX_REPLICATION_FACTOR)?
             }
-            "shards" => {
-                shards = match v.trim().parse::<u32>() {
-                    Ok(n) if (1..=MAX_SHARDS).contains(&n) => n,
-                    _ => {
-                        return Err(Error::Invalid(format!(
-                            "shards must be a whole number from 1 to {MAX_SHARDS}, not {v:?}"
-                        )));
-                    }
-                }
-            }
+            "shards" => shards = count_option("shards", &v, MAX_SHARDS)?,
             "tags" => key.extend(
                 v.split(',')
                     .map(|s| s.trim().to_string())

@@ -272,6 +272,29 @@ fn mark_time(key: &[u8], value: &[u8]) -> Result<u64> {
     }
 }
 
+/// Whether `snapshot` holds any RocksDB row of `partition_id` (open rows,
+/// or late rows of a sealed partition).
+fn has_rows_in(snapshot: &rocksdb::SnapshotWithThreadMode<'_, DB>, partition_id: u64) -> bool {
+    snapshot
+        .iterator_opt(
+            IteratorMode::From(&partition_prefix(partition_id), Direction::Forward),
+            partition_read_options(partition_id),
+        )
+        .next()
+        .is_some()
+}
+
+/// The key range `[from, to)` of everything a partition holds in a column
+/// family keyed by partition id first.
+fn partition_range(partition_id: u64) -> (Vec<u8>, Vec<u8>) {
+    let from = partition_prefix(partition_id).to_vec();
+    let to = match partition_id.checked_add(1) {
+        Some(next) => partition_prefix(next).to_vec(),
+        None => vec![0xff; 9],
+    };
+    (from, to)
+}
+
 fn partition_read_options(partition_id: u64) -> ReadOptions {
     let mut ro = ReadOptions::default();
     if let Some(next) = partition_id.checked_add(1) {
@@ -790,13 +813,7 @@ impl Engine {
         let resealed = existing.is_some();
         let snapshot = self.db.snapshot();
         let prefix = partition_prefix(partition_id);
-        let has_open = snapshot
-            .iterator_opt(
-                IteratorMode::From(&prefix, Direction::Forward),
-                partition_read_options(partition_id),
-            )
-            .next()
-            .is_some();
+        let has_open = has_rows_in(&snapshot, partition_id);
         let logged = self.snapshot_deletes(&snapshot, partition_id)?;
         // Exactly the log entries the new file reflects; a delete that commits
         // after the snapshot (even with a smaller sequence number) is not one.
@@ -969,11 +986,7 @@ impl Engine {
         // The commit left one tombstone per sealed row in the open key
         // range; every read of the partition's late rows would step over
         // all of them until a compaction drops them. Compact that range now.
-        let from = partition_prefix(partition_id).to_vec();
-        let to = match partition_id.checked_add(1) {
-            Some(next) => partition_prefix(next).to_vec(),
-            None => vec![0xff; 9],
-        };
+        let (from, to) = partition_range(partition_id);
         self.db.compact_range(Some(from), Some(to));
         let (rows, bytes) = (summary.rows, summary.bytes);
         Ok(if resealed {
@@ -992,15 +1005,9 @@ impl Engine {
             (self.db.snapshot(), self.sealed_file(partition_id)?)
         };
         let Some(file) = file else { return Ok(None) };
-        let prefix = partition_prefix(partition_id);
-        let late = snapshot
-            .iterator_opt(
-                IteratorMode::From(&prefix, Direction::Forward),
-                partition_read_options(partition_id),
-            )
-            .next()
-            .is_some();
-        if late || !self.snapshot_deletes(&snapshot, partition_id)?.is_empty() {
+        if has_rows_in(&snapshot, partition_id)
+            || !self.snapshot_deletes(&snapshot, partition_id)?.is_empty()
+        {
             return Ok(None);
         }
         Ok(Some(file))
@@ -1090,11 +1097,7 @@ impl Engine {
         std::fs::rename(&incoming, &path)?;
         std::fs::File::open(&self.sealed_dir)?.sync_all()?;
         let file = Arc::new(SealedFile::open(&path)?);
-        let from = partition_prefix(partition_id).to_vec();
-        let to = match partition_id.checked_add(1) {
-            Some(next) => partition_prefix(next).to_vec(),
-            None => vec![0xff; 9],
-        };
+        let (from, to) = partition_range(partition_id);
         let cf = self
             .db
             .cf_handle(SEALED_CF)
@@ -1162,11 +1165,7 @@ impl Engine {
             .ok_or_else(|| Error::Internal("no sealed column family".into()))?;
         let mut batch = WriteBatch::default();
         for &pid in partition_ids {
-            let from = partition_prefix(pid).to_vec();
-            let to = match pid.checked_add(1) {
-                Some(next) => partition_prefix(next).to_vec(),
-                None => vec![0xff; 9],
-            };
+            let (from, to) = partition_range(pid);
             batch.delete_range(from.clone(), to.clone());
             batch.delete_cf(&cf, pid.to_be_bytes());
             if let Some(dcf) = self.db.cf_handle(DELETES_CF) {
