@@ -349,16 +349,32 @@ async fn run_chaos(mut c: Cluster, seed: u64, seconds: u64) {
     let duplicated: Vec<(&(u64, u64), &usize)> = seen.iter().filter(|(_, n)| **n > 1).collect();
     let unexpected: Vec<&(u64, u64)> = seen.keys().filter(|k| !attempts.contains_key(k)).collect();
     let present_unacked = seen.keys().filter(|k| !acked.contains(k)).count();
-    let replicas = http
-        .rows(
+    // Replicas converge: each partition's replicas, all in sync, hold the
+    // same number of rows. A write that reached some replicas and not
+    // others (never acknowledged) is settled by the primary at its epoch
+    // (storage-node/src/replication.rs, `settle`), which can take a moment
+    // after healing: wait for it, up to a limit.
+    let replica_counts = || async {
+        http.rows(
             "public",
-            "SELECT partition_id, min(rows), max(rows), count(*) FROM system.partitions \
+            "SELECT partition_id, min(rows), max(rows), count(*), bool_and(in_sync) FROM system.partitions \
              WHERE table_name = 'chaos' GROUP BY partition_id ORDER BY partition_id",
         )
-        .await;
+        .await
+    };
+    let converged = |rows: &[Vec<serde_json::Value>]| {
+        rows.iter()
+            .all(|r| r[1] == r[2] && r[3] == 3 && r[4] == true)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut replicas = replica_counts().await;
+    while !converged(&replicas) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        replicas = replica_counts().await;
+    }
     let diverged: Vec<&Vec<serde_json::Value>> = replicas
         .iter()
-        .filter(|r| r[1] != r[2] || r[3] != 3)
+        .filter(|r| r[1] != r[2] || r[3] != 3 || r[4] != true)
         .collect();
     // A stronger check than row counts: seal everything (every partition's
     // time has passed). Each primary sends the digest of its rows to its

@@ -507,3 +507,141 @@ async fn a_replica_whose_rows_differ_is_refused_at_seal_and_repaired_from_the_pr
     assert_eq!((stats[0].rows, stats[0].sealed), (rows, true), "{stats:?}");
     assert_eq!(count_and_sum(&http).await, Some(model(next, &[])));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_primary_brings_backups_that_hold_an_unacknowledged_write_into_line() {
+    use arrow::array::{Int64Array, StringArray, TimestampNanosecondArray};
+    use sealion_common::proto::storage_client::StorageClient;
+    use sealion_common::proto::{Column, ColumnKind, DataType, PartitionRows, WriteRequest};
+
+    let mut c = ProcCluster::start(1, 3, 3, &[]).await;
+    let http = c.http.clone();
+    let mut next = 0u64;
+    for _ in 0..4 {
+        let (status, body) = http.write("public", batch(next, 40)).await;
+        assert_eq!(status, 204, "{body}");
+        next += 40;
+    }
+    settled(&c, Duration::from_secs(30)).await;
+    let table_id = http
+        .rows("public", "SELECT table_id FROM system.tables WHERE table_name = 'w'")
+        .await[0][0]
+        .as_u64()
+        .unwrap();
+    let first = http
+        .rows(
+            "public",
+            "SELECT p.partition_id, p.epoch, p.node_id, n.addr, p.role, p.start FROM system.partitions p \
+             JOIN system.nodes n ON p.node_id = n.node_id WHERE p.table_name = 'w' \
+             AND p.start = (SELECT min(start) FROM system.partitions WHERE table_name = 'w') \
+             ORDER BY p.role DESC, p.node_id",
+        )
+        .await;
+    // [primary, backup, backup]
+    assert_eq!(first[0][4], "primary", "{first:?}");
+    let pid = first[0][0].as_u64().unwrap();
+    let epoch = first[0][1].as_u64().unwrap();
+    let primary = first[0][2].as_u64().unwrap();
+    let backup_addr = first[1][3].as_str().unwrap().to_string();
+
+    // A write that reached one backup and nothing else, as one forwarded by
+    // a primary that then died: never acknowledged to anyone.
+    let columns = vec![
+        Column {
+            name: "time".into(),
+            kind: ColumnKind::Time as i32,
+            data_type: DataType::Timestamp as i32,
+        },
+        Column {
+            name: "k".into(),
+            kind: ColumnKind::Tag as i32,
+            data_type: DataType::String as i32,
+        },
+        Column {
+            name: "v".into(),
+            kind: ColumnKind::Field as i32,
+            data_type: DataType::Int64 as i32,
+        },
+    ];
+    let rows = arrow::record_batch::RecordBatch::try_new(
+        sealion_common::catalog::arrow_schema(&columns),
+        vec![
+            std::sync::Arc::new(
+                TimestampNanosecondArray::from(vec![base_ns() + 7_000_000_000]).with_timezone("UTC"),
+            ),
+            std::sync::Arc::new(StringArray::from(vec!["unacked"])),
+            std::sync::Arc::new(Int64Array::from(vec![1_000_000i64])),
+        ],
+    )
+    .unwrap();
+    let mut ipc = Vec::new();
+    {
+        let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut ipc, &rows.schema()).unwrap();
+        w.write(&rows).unwrap();
+        w.finish().unwrap();
+    }
+    let mut client = StorageClient::connect(format!("http://{backup_addr}")).await.unwrap();
+    let written = client
+        .write(WriteRequest {
+            table_id,
+            columns,
+            partitions: vec![PartitionRows {
+                partition_id: pid,
+                epoch,
+                arrow_ipc: ipc,
+            }],
+            replicated: true,
+            batch_id: Vec::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .rows_written;
+    assert_eq!(written, 1);
+
+    // The primary dies; a backup is promoted. Before it acts at its new
+    // epoch it compares its rows with the other in-sync backup's: one of
+    // the two holds the unacknowledged row, so that one is out of line and
+    // is brought back by a resync.
+    let pi = c.index_of(primary).await;
+    c.storages[pi].kill();
+    let converged = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let (s, b) = http
+                .sql(
+                    "public",
+                    &format!(
+                        "SELECT min(rows), max(rows), count(*) FILTER (WHERE in_sync), max(epoch) \
+                         FROM system.partitions WHERE partition_id = {pid} AND node_id <> {primary}"
+                    ),
+                )
+                .await;
+            if s == 200 {
+                let r = &b["rows"][0];
+                if r[0] == r[1] && r[2] == 2 {
+                    return r[3].as_u64().unwrap();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await;
+    let Ok(epoch_after) = converged else {
+        c.dump();
+        panic!("the two live replicas did not come into line");
+    };
+    assert!(
+        epoch_after >= epoch + 3,
+        "promotion, the differing backup's removal and its resync (epoch {epoch} -> {epoch_after})"
+    );
+    // The acknowledged rows are all there; the unacknowledged one is there
+    // or not, the same on both.
+    let (status, b) = http
+        .sql("public", "SELECT count(*), sum(v) FROM w WHERE k <> 'unacked'")
+        .await;
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(
+        (b["rows"][0][0].as_u64(), b["rows"][0][1].as_u64()),
+        (Some(model(next, &[]).0), Some(model(next, &[]).1))
+    );
+}

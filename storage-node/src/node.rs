@@ -215,13 +215,15 @@ async fn heartbeat_loop(ctx: Arc<NodeContext>, addr: String, interval: Duration)
 }
 
 /// Brings the replicas this node holds out of sync back in sync, by asking
-/// their primaries to resync them.
+/// their primaries to resync them; and, as a primary at a new epoch, checks
+/// that its in-sync backups hold its rows (`replication::settle_once`).
 async fn catch_up_loop(ctx: Arc<NodeContext>, interval: Duration) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         crate::replication::catch_up_once(&ctx).await;
+        crate::replication::settle_once(&ctx).await;
     }
 }
 

@@ -91,9 +91,22 @@ impl Peers {
 pub struct PartitionLocks {
     map: std::sync::Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     floors: std::sync::Mutex<HashMap<u64, u64>>,
+    /// Per partition this node leads: the epoch at which it last confirmed
+    /// that its in-sync backups hold exactly its rows.
+    settled: std::sync::Mutex<HashMap<u64, u64>>,
 }
 
 impl PartitionLocks {
+    fn settled_at(&self, pid: u64) -> Option<u64> {
+        self.settled.lock().ok().and_then(|m| m.get(&pid).copied())
+    }
+
+    fn set_settled(&self, pid: u64, epoch: u64) {
+        if let Ok(mut m) = self.settled.lock() {
+            m.insert(pid, epoch);
+        }
+    }
+
     fn raise_floor(&self, changed: &[Partition]) {
         if let Ok(mut f) = self.floors.lock() {
             for p in changed {
@@ -366,6 +379,121 @@ where
     ))
 }
 
+/// Holding the locks of `ids`, as their primary in `state`: makes sure that,
+/// at each partition's current epoch, every in-sync backup holds exactly
+/// this node's rows. A write that reached some replicas and not others (its
+/// primary died or was paused mid-write, and was never acknowledged) can
+/// leave an in-sync backup with rows the new primary lacks; nothing else
+/// would ever remove them. So the first time this node acts as primary at an
+/// epoch, it compares digests with each in-sync backup, and a backup that
+/// differs leaves the in-sync set (it then resyncs from this copy).
+///
+/// Returns whether it changed an in-sync set (the caller's view is then
+/// old).
+async fn settle(ctx: &NodeContext, state: &ClusterState, ids: &[u64]) -> Result<bool> {
+    let me = ctx.node_id();
+    let due: Vec<u64> = ids
+        .iter()
+        .copied()
+        .filter(|pid| {
+            partition(state, *pid)
+                .is_some_and(|p| ctx.locks.settled_at(p.id) != Some(p.epoch))
+        })
+        .collect();
+    let mut changed = false;
+    for pid in due {
+        let Some(p) = partition(state, pid) else {
+            continue;
+        };
+        if p.in_sync.iter().any(|n| *n != me) {
+            let digest = digest(ctx, pid).await?;
+            let failed = check_backups(ctx, state, pid, digest, false).await;
+            if !failed.is_empty() {
+                tracing::warn!(partition_id = pid, backups = ?failed, "in-sync backups differ from the new primary; they resync");
+                shrink_in_sync(ctx, state, &[pid], &failed).await?;
+                // Settled again at the epoch the shrink set, on next use.
+                changed = true;
+                continue;
+            }
+        }
+        ctx.locks.set_settled(pid, p.epoch);
+    }
+    Ok(changed)
+}
+
+/// Asks every in-sync backup of `pid` in `state` to check its copy against
+/// `digest` (sealing first when `seal`); returns the backups that differ or
+/// did not answer, with why. A backup that knows a newer epoch is left out:
+/// meta has moved on, and whoever leads now settles it.
+async fn check_backups(
+    ctx: &NodeContext,
+    state: &ClusterState,
+    pid: u64,
+    digest: RowDigest,
+    seal: bool,
+) -> BTreeMap<u64, String> {
+    let calls = forwards(state, ctx.node_id(), &[pid], |parts| SealRequest {
+        checks: parts
+            .iter()
+            .map(|(p, e)| SealCheck {
+                partition_id: *p,
+                epoch: *e,
+                rows: digest.rows,
+                digest: digest.sum,
+                seal,
+            })
+            .collect(),
+        ..Default::default()
+    })
+    .into_iter()
+    .map(|(node, req)| {
+        let client = ctx.peers.node(state, node);
+        async move {
+            let outcome = match client {
+                Ok(mut c) => {
+                    let mut r = tonic::Request::new(req);
+                    r.set_timeout(INSTALL_TIMEOUT);
+                    forward_outcome(c.seal(r).await)
+                }
+                Err(e) => Forwarded::Failed(e.to_string()),
+            };
+            (node, outcome)
+        }
+    });
+    let mut failed = BTreeMap::new();
+    for (node, outcome) in futures::future::join_all(calls).await {
+        if let Forwarded::Failed(why) = outcome {
+            failed.insert(node, why);
+        }
+    }
+    failed
+}
+
+/// Settles every partition this node leads whose epoch it has not settled
+/// yet (a promotion with no write since would otherwise wait for one).
+pub async fn settle_once(ctx: &Arc<NodeContext>) {
+    let me = ctx.node_id();
+    let state = ctx.meta.state();
+    let due: Vec<u64> = state
+        .partitions
+        .iter()
+        .filter(|p| p.replicas.first() == Some(&me))
+        .filter(|p| ctx.locks.settled_at(p.id) != Some(p.epoch))
+        .map(|p| p.id)
+        .collect();
+    for pid in due {
+        let r = async {
+            let _lock = ctx.locks.lock_all(&[pid]).await?;
+            let state = primary_view(ctx, &[pid]).await?;
+            settle(ctx, &state, &[pid]).await.map(|_| ())
+        }
+        .await;
+        if let Err(e) = r {
+            tracing::debug!(partition_id = pid, error = %e, "could not settle; will look again");
+        }
+    }
+}
+
 /// A write from a router: apply it here and on every in-sync backup. With a
 /// batch id, partitions that have applied that batch already skip it (their
 /// backups have it too: they applied it with the primary, or took the
@@ -390,7 +518,10 @@ pub async fn primary_write(ctx: &Arc<NodeContext>, mut req: WriteRequest) -> Res
     if ids.is_empty() {
         return Ok(0);
     }
-    let state = primary_view(ctx, &ids).await?;
+    let mut state = primary_view(ctx, &ids).await?;
+    if settle(ctx, &state, &ids).await? {
+        state = primary_view_fresh(ctx, &ids).await?;
+    }
     let local = crate::service::apply_write(ctx, &req, true);
     let forwarded = replicate(
         ctx,
@@ -432,7 +563,10 @@ pub async fn primary_write(ctx: &Arc<NodeContext>, mut req: WriteRequest) -> Res
 pub async fn primary_delete(ctx: &Arc<NodeContext>, req: DeleteRequest) -> Result<u64> {
     let ids = req.partition_ids.clone();
     let _locks = ctx.locks.lock_all(&ids).await?;
-    let state = primary_view(ctx, &ids).await?;
+    let mut state = primary_view(ctx, &ids).await?;
+    if settle(ctx, &state, &ids).await? {
+        state = primary_view_fresh(ctx, &ids).await?;
+    }
     let local = crate::service::apply_delete(ctx, &req);
     let forwarded = replicate(
         ctx,
@@ -467,45 +601,7 @@ pub async fn seal_backups(ctx: &NodeContext, state: &ClusterState, pid: u64) -> 
         return Ok(());
     }
     let digest = digest(ctx, pid).await?;
-    let calls = forwards(state, me, &[pid], |parts| SealRequest {
-        checks: parts
-            .iter()
-            .map(|(p, e)| SealCheck {
-                partition_id: *p,
-                epoch: *e,
-                rows: digest.rows,
-                digest: digest.sum,
-                seal: true,
-            })
-            .collect(),
-        ..Default::default()
-    })
-    .into_iter()
-    .map(|(node, req)| {
-        let client = ctx.peers.node(state, node);
-        async move {
-            let outcome = match client {
-                Ok(mut c) => {
-                    let mut r = tonic::Request::new(req);
-                    r.set_timeout(INSTALL_TIMEOUT);
-                    forward_outcome(c.seal(r).await)
-                }
-                Err(e) => Forwarded::Failed(e.to_string()),
-            };
-            (node, outcome)
-        }
-    });
-    let mut failed = BTreeMap::new();
-    for (node, outcome) in futures::future::join_all(calls).await {
-        match outcome {
-            Forwarded::Ok => {}
-            // Meta has moved on; whoever leads now seals its copies.
-            Forwarded::Stale => {}
-            Forwarded::Failed(why) => {
-                failed.insert(node, why);
-            }
-        }
-    }
+    let failed = check_backups(ctx, state, pid, digest, true).await;
     shrink_in_sync(ctx, state, &[pid], &failed).await
 }
 
