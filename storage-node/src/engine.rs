@@ -884,6 +884,7 @@ impl Engine {
         }
         let file = Arc::new(SealedFile::open(&path)?);
         before_commit();
+        let range_deleted;
         {
             let _exclusive = self.swap.write().map_err(|_| poisoned())?;
             let cf = self
@@ -911,6 +912,10 @@ impl Engine {
                     partition_read_options(partition_id),
                 )
                 .peekable();
+            // Whether every live row goes (the usual case: nothing was
+            // written during the seal). Then one range tombstone replaces
+            // the per-row ones, and reads need no compaction to skip them.
+            let mut every_row_goes = true;
             for item in self.partition_iter(partition_id) {
                 let (key, value) = item?;
                 let mut same = false;
@@ -936,6 +941,7 @@ impl Engine {
                     }
                 }
                 if !same {
+                    every_row_goes = false;
                     continue;
                 }
                 if !newer.is_empty() {
@@ -953,11 +959,18 @@ impl Engine {
                         hidden |= row_matches(d, &row, partition_id)?;
                     }
                     if hidden {
+                        every_row_goes = false;
                         continue;
                     }
                 }
                 batch.delete(&key);
             }
+            if every_row_goes {
+                let (from, to) = partition_range(partition_id);
+                batch = WriteBatch::default();
+                batch.delete_range(from, to);
+            }
+            range_deleted = every_row_goes;
             batch.put_cf(&cf, partition_id.to_be_bytes(), name.as_bytes());
             // Deletes the new file already reflects leave the log; later ones
             // stay and apply to it.
@@ -983,11 +996,14 @@ impl Engine {
                 tracing::warn!(error = %e, "could not remove a replaced sealed file");
             }
         }
-        // The commit left one tombstone per sealed row in the open key
-        // range; every read of the partition's late rows would step over
-        // all of them until a compaction drops them. Compact that range now.
-        let (from, to) = partition_range(partition_id);
-        self.db.compact_range(Some(from), Some(to));
+        // A commit that left one tombstone per sealed row in the open key
+        // range (rows were written during the seal) would make every read
+        // of the partition's late rows step over all of them until a
+        // compaction drops them. Compact that range now.
+        if !range_deleted {
+            let (from, to) = partition_range(partition_id);
+            self.db.compact_range(Some(from), Some(to));
+        }
         let (rows, bytes) = (summary.rows, summary.bytes);
         Ok(if resealed {
             SealOutcome::Resealed { rows, bytes }
