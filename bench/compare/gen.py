@@ -178,6 +178,7 @@ def generate(scale: Scale, out: Path, seed: int = 1) -> dict:
     if marker.exists():
         summary.update(_sizes(out))
         summary["events"] = int(marker.read_text().strip() or 0)
+        summary["reused"] = True
         return summary
 
     vals = walk(scale, seed)  # (k, h, f)

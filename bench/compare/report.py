@@ -145,7 +145,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
              f"{d.get('start')} to {d.get('end')}), 10 tags, 10 integer fields 0-100 stored as DOUBLE, seed "
              f"{d.get('seed')}; {d.get('events', 0):,} events for the as-of join. Line protocol "
              f"{d.get('lp_bytes', 0):,} B, CSV {d.get('csv_bytes', 0):,} B, zstd Parquet {d.get('parquet_bytes', 0):,} B "
-             f"in {d.get('parquet_files')} files (generated in {d.get('generate_s', 0):.1f} s).")
+             f"in {d.get('parquet_files')} files ("
+             + ("reused from an earlier run with the same scale and seed)." if d.get("reused")
+                else f"generated in {d.get('generate_s', 0):.1f} s)."))
     st = r["settings"]
     L.append(f"- Timing: {st['warmup']} warm-up, then {st['runs']} timed runs per query per system; "
              "median (min–max) in ms, wall time on the client, the full answer fetched. Embedded systems "

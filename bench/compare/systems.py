@@ -81,6 +81,11 @@ def wait_http(host: str, port: int, path: str, timeout: float, proc: subprocess.
     raise RuntimeError(f"{host}:{port}{path} not healthy after {timeout}s; see {log}")
 
 
+def deb_version(pkg: str) -> str:
+    out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
 def stop_proc(p: subprocess.Popen | None, timeout: float = 30) -> None:
     if p is None or p.poll() is not None:
         return
@@ -353,9 +358,12 @@ class Postgres:
             cur.fetchall()
 
     def disk(self) -> dict:
+        # pg_partition_tree lists a partitioned table and its partitions; a
+        # plain table is measured on its own.
+        rels = "SELECT relid FROM pg_partition_tree('cpu')" if self.layout == "part" else "SELECT 'cpu'::regclass"
         row = self.conn.execute(
-            "SELECT coalesce(sum(pg_table_size(relid)), 0), coalesce(sum(pg_indexes_size(relid)), 0) "
-            "FROM pg_partition_tree('cpu')").fetchone()
+            "SELECT coalesce(sum(pg_table_size(r)), 0), coalesce(sum(pg_indexes_size(r)), 0) "
+            f"FROM ({rels}) AS t(r)").fetchone()
         return {"table_bytes": int(row[0]), "index_bytes": int(row[1]), "total_bytes": int(row[0] + row[1])}
 
     def version(self) -> str:
@@ -429,7 +437,7 @@ class DuckDB:
         return [d[0] for d in cur.description], cur.fetchall()
 
     def run(self, q: str) -> None:
-        self.con.execute(q).fetch_arrow_table()
+        self.con.sql(q).to_arrow_table()
 
     def disk(self) -> dict:
         return {"file_bytes": self.path.stat().st_size, "allocated_bytes": du(self.path.parent)}
@@ -589,9 +597,8 @@ class VictoriaMetrics:
         return {"data_dir_bytes": du(self.dir / "data")}
 
     def version(self) -> str:
-        out = subprocess.run([shutil.which("victoria-metrics") or "victoria-metrics", "-version"],
-                             capture_output=True, text=True)
-        return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else "unknown"
+        # The Debian build prints an empty version; ask the package manager.
+        return f"VictoriaMetrics {deb_version('victoria-metrics')} (Debian package)"
 
     def stop(self) -> None:
         stop_proc(self.proc)
@@ -642,8 +649,7 @@ bind-address = "127.0.0.1:{rpc}"
         return {"data_dir_bytes": du(self.dir / "data"), "wal_dir_bytes": du(self.dir / "wal")}
 
     def version(self) -> str:
-        out = subprocess.run([shutil.which("influxd") or "influxd", "version"], capture_output=True, text=True)
-        return (out.stdout or out.stderr).strip()
+        return f"InfluxDB {deb_version('influxdb')} (Debian package)"
 
     def stop(self) -> None:
         stop_proc(self.proc)
