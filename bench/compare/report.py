@@ -158,7 +158,8 @@ def markdown(r: dict, pngs: list[str]) -> str:
              "and listed below with the reason.")
     if "sealion" in r.get("load", {}):
         L.append(f"- Sealion: `{r.get('sealion_binary')}` ({build} build, built {r.get('sealion_binary_mtime')}), "
-                 "`sealion standalone` in a temp dir, background sealing off; every partition sealed with "
+                 f"started as `{r['load']['sealion'].get('command', 'sealion standalone ...')}` "
+                 "in a temp dir (background sealing off); every partition sealed with "
                  "`/api/v1/admin/seal` after loading, so **the timings are of sealed data**.")
     if r.get("postgres_settings"):
         ps = ", ".join(f"{k}={v}" for k, v in r["postgres_settings"].items())

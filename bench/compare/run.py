@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -186,6 +187,9 @@ def main() -> int:
     ap.add_argument("--build-label", default=None,
                     help="how the Sealion binary was built, for the report (default: guessed from the path: "
                          "'debug' if it contains /debug/, 'release' if /release/)")
+    ap.add_argument("--sealion-arg", action="append", default=[],
+                    help="an extra argument for `sealion standalone` (repeat it; e.g. "
+                         "--sealion-arg=--query-memory-limit-mb --sealion-arg=4096)")
     ap.add_argument("--systems", default=",".join(QUERY_SYSTEMS), help="query systems, comma-separated")
     ap.add_argument("--ingest-systems", default=",".join(INGEST_SYSTEMS),
                     help="ingest systems, comma-separated ('' for no ingest)")
@@ -220,7 +224,7 @@ def main() -> int:
 
     t_start = time.time()
     result: dict = {"started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                    "command": " ".join(sys.argv), "machine": machine(), "scale": a.scale,
+                    "command": shlex.join(["python3"] + sys.argv), "machine": machine(), "scale": a.scale,
                     "settings": {"runs": a.runs, "warmup": a.warmup, "noise_runs": a.noise_runs,
                                  "batch_rows": a.batch_rows, "load_clients": a.load_clients,
                                  "ingest_rows": ingest_rows, "ingest_runs": a.ingest_runs,
@@ -245,6 +249,7 @@ def main() -> int:
                                   "release" if "/release/" in str(a.sealion) else "unknown")
         result["sealion_build"] = label
         result["sealion_binary"] = str(a.sealion.resolve())
+        result["sealion_args"] = a.sealion_arg
         result["sealion_binary_mtime"] = dt.datetime.fromtimestamp(
             a.sealion.stat().st_mtime, dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -266,7 +271,7 @@ def main() -> int:
         for name in systems:
             log(f"starting and loading {name}")
             if name == "sealion":
-                s = sysmod.Sealion(a.sealion, work)
+                s = sysmod.Sealion(a.sealion, work, a.sealion_arg)
             elif name.startswith("postgres-"):
                 if cluster is None:
                     cluster = sysmod.PostgresCluster(work)
@@ -399,7 +404,7 @@ def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, 
             if name == "sealion":
                 s = qsys.get("sealion")
                 if s is None:
-                    s = sysmod.Sealion(a.sealion, work)
+                    s = sysmod.Sealion(a.sealion, work, a.sealion_arg)
                     s.start()
                     running.append(s)
                 targets[name] = ("lp", s.ingest_target())

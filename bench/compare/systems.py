@@ -134,8 +134,9 @@ class Sealion:
     name = "sealion"
     dialect = "sealion"
 
-    def __init__(self, binary: Path, work: Path):
+    def __init__(self, binary: Path, work: Path, extra: list[str] | None = None):
         self.binary, self.dir = binary, work / "sealion"
+        self.extra = extra or []
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -144,7 +145,7 @@ class Sealion:
         self.log = self.dir / "sealion.log"
         cmd = [str(self.binary), "standalone", "--data-dir", str(self.dir / "data"),
                "--http-addr", f"127.0.0.1:{self.http_port}", "--pg-addr", f"127.0.0.1:{self.pg_port}",
-               "--seal-check-interval-ms", "0"]
+               "--seal-check-interval-ms", "0", *self.extra]
         self.cmd = cmd
         env = dict(os.environ, SEALION_SEAL_CHECK_INTERVAL_MS="0")
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT, env=env,
@@ -205,7 +206,8 @@ class Sealion:
             seal[table] = body.decode(errors="replace")[:2000]
         seal_s = time.perf_counter() - t
         parts = json.loads(self.sql("SELECT * FROM system.partitions", "json"))
-        return {"rows": rows, "load_s": secs, "rows_per_s": rows / secs, "clients": clients,
+        return {"command": " ".join(self.cmd), "rows": rows, "load_s": secs, "rows_per_s": rows / secs,
+                "clients": clients,
                 "batch_rows": batch_rows, "seal_s": seal_s, "seal_answer": seal, "partitions": parts}
 
     def disk(self) -> dict:
@@ -592,9 +594,18 @@ class VictoriaMetrics:
         c.close()
 
     def disk(self) -> dict:
+        """After a flush, waits (up to 60 s) until the data dir stops growing:
+        VictoriaMetrics writes its in-memory parts in the background."""
         self.flush()
-        time.sleep(1)
-        return {"data_dir_bytes": du(self.dir / "data")}
+        last, same, waited = -1, 0, 0
+        while waited < 60 and same < 2:
+            time.sleep(2)
+            waited += 2
+            now = du(self.dir / "data" / "data") + du(self.dir / "data" / "indexdb")
+            same = same + 1 if now == last else 0
+            last = now
+        return {"data_dir_bytes": last, "waited_s": waited,
+                "note": "data/ and indexdb/ of -storageDataPath (caches left out)"}
 
     def version(self) -> str:
         # The Debian build prints an empty version; ask the package manager.
