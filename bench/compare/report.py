@@ -178,6 +178,8 @@ def markdown(r: dict, pngs: list[str]) -> str:
         L.append(f"- {n} (ingest): {v}")
     L.append("")
 
+    for s, why in r.get("load_errors", {}).items():
+        L.append(f"> **{s} could not be started or loaded and is left out**: `{why}`\n")
     if r.get("load"):
         L.append("## Load\n")
         L.append("| system | rows | how | seconds | rows/s | notes |")

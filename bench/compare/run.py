@@ -285,15 +285,22 @@ def main() -> int:
                 s = sysmod.DataFusion(work)
             else:
                 raise SystemExit(f"unknown system {name}")
-            s.start()
-            running.append(s)
-            if name == "sealion":
-                info = s.load(data, a.batch_rows, a.load_clients)
-            elif name.startswith("postgres-"):
-                info = s.load(data, days)
-            else:
-                info = s.load(data)
-            info["version"] = s.version()
+            try:
+                running.append(s)
+                s.start()
+                if name == "sealion":
+                    info = s.load(data, a.batch_rows, a.load_clients)
+                elif name.startswith("postgres-"):
+                    info = s.load(data, days)
+                else:
+                    info = s.load(data)
+                info["version"] = s.version()
+            except Exception as e:
+                # A system that cannot start or load is left out, and said so.
+                err = f"{type(e).__name__}: {str(e)[:2000]}"
+                result.setdefault("load_errors", {})[name] = err
+                log(f"  {name} left out: {err}")
+                continue
             result.setdefault("load", {})[name] = info
             qsys[name] = s
             log(f"  {name}: {json.dumps({k: v for k, v in info.items() if k not in ('partitions', 'seal_answer')})}")
