@@ -203,6 +203,16 @@ def markdown(r: dict, pngs: list[str]) -> str:
                      if isinstance(x.get("rows"), int) else f"| {s} | - | {how} | {secs:.2f} | {rps} | {note} |")
         L.append("")
 
+    parts = r.get("load", {}).get("sealion", {}).get("partitions")
+    if parts and parts.get("rows"):
+        cols = [c["name"] if isinstance(c, dict) else c for c in parts["columns"]]
+        if "table" in cols and "state" in cols:
+            ti, si = cols.index("table"), cols.index("state")
+            count: dict[tuple, int] = {}
+            for row in parts["rows"]:
+                count[(row[ti], row[si])] = count.get((row[ti], row[si]), 0) + 1
+            L.append("Sealion's partitions after the seal call (`system.partitions`): " + ", ".join(
+                f"{t}: {n} {st}" for (t, st), n in sorted(count.items())) + ".\n")
     if r.get("noise_floor"):
         L.append("## Noise floor\n")
         L.append("`SELECT 1`, the same warm-up, then "
