@@ -206,8 +206,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
     parts = r.get("load", {}).get("sealion", {}).get("partitions")
     if parts and parts.get("rows"):
         cols = [c["name"] if isinstance(c, dict) else c for c in parts["columns"]]
-        if "table" in cols and "state" in cols:
-            ti, si = cols.index("table"), cols.index("state")
+        tcol = "table_name" if "table_name" in cols else "table"
+        if tcol in cols and "state" in cols:
+            ti, si = cols.index(tcol), cols.index("state")
             count: dict[tuple, int] = {}
             for row in parts["rows"]:
                 count[(row[ti], row[si])] = count.get((row[ti], row[si]), 0) + 1
@@ -299,7 +300,14 @@ def markdown(r: dict, pngs: list[str]) -> str:
                 L.append(f"| {s} | {b:,} | {b / vals:.3f} | `bytes` of the cpu partitions in system.partitions |"
                          if b else f"| {s} | - | - | system.partitions gave no bytes |")
                 L.append(f"| sealion (data dir) | {x['data_dir_bytes']:,} | {x['data_dir_bytes'] / vals:.3f} | "
-                         "every file under --data-dir (both tables, WAL, RocksDB, metadata) |")
+                         "every file under --data-dir (both tables, sealed files, RocksDB, meta) |")
+                if "sealed_dir_bytes" in x:
+                    L.append(f"| sealion (of which sealed files) | {x['sealed_dir_bytes']:,} | "
+                             f"{x['sealed_dir_bytes'] / vals:.3f} | `storage/sealed` (cpu and events) |")
+                    L.append(f"| sealion (of which RocksDB) | {x['rocksdb_dir_bytes']:,} | "
+                             f"{x['rocksdb_dir_bytes'] / vals:.3f} | `storage/rows`: write-ahead logs "
+                             f"{x['rocksdb_log_bytes']:,}, table files {x['rocksdb_sst_bytes']:,}, measured after "
+                             "the seal and the query timings |")
             elif s.startswith("postgres"):
                 L.append(f"| {s} | {x['total_bytes']:,} | {x['total_bytes'] / vals:.3f} | heap "
                          f"{x['table_bytes']:,} + indexes {x['index_bytes']:,} |")
@@ -326,7 +334,8 @@ def markdown(r: dict, pngs: list[str]) -> str:
                  f"into a new table; one warm-up run, then {st['ingest_runs']} runs. Rows/s over the run's wall "
                  "time: median (min–max). Sealion, VictoriaMetrics and InfluxDB get line protocol over HTTP "
                  "(`precision=s`); PostgreSQL gets `COPY ... FROM STDIN (FORMAT csv)` of the same rows into a table "
-                 "with the B-tree on (hostname, time), synchronous_commit on.\n")
+                 "with the B-tree on (hostname, time), synchronous_commit on. The client (this Python process, one "
+                 "thread per client) runs on the same cores as the server it writes to.\n")
         names = [n for n in INGEST_ORDER if n in ing.get("stats", {})]
         cl = st["ingest_clients"]
         L.append("| system | " + " | ".join(f"{c} client{'s' if c > 1 else ''}" for c in cl) + " |")

@@ -215,10 +215,19 @@ class Sealion:
         parts = json.loads(self.sql("SELECT * FROM system.partitions", "json"))
         cols = [c["name"] if isinstance(c, dict) else c for c in parts["columns"]]
         cpu_bytes = None
-        if "bytes" in cols and "table" in cols:
-            bi, ti = cols.index("bytes"), cols.index("table")
+        tcol = "table_name" if "table_name" in cols else "table"
+        if "bytes" in cols and tcol in cols:
+            bi, ti = cols.index("bytes"), cols.index(tcol)
             cpu_bytes = sum(int(r[bi] or 0) for r in parts["rows"] if r[ti] == "cpu")
-        return {"data_dir_bytes": du(self.dir / "data"), "system_partitions_cpu_bytes": cpu_bytes}
+        # Where the bytes are: sealed files, and RocksDB (open partitions'
+        # rows) split into write-ahead logs and table files.
+        storage = self.dir / "data" / "storage"
+        rows = storage / "rows"
+        logs = sum(du(p) for p in rows.glob("*.log")) if rows.exists() else 0
+        ssts = sum(du(p) for p in rows.glob("*.sst")) if rows.exists() else 0
+        return {"data_dir_bytes": du(self.dir / "data"), "system_partitions_cpu_bytes": cpu_bytes,
+                "sealed_dir_bytes": du(storage / "sealed"), "rocksdb_dir_bytes": du(rows),
+                "rocksdb_log_bytes": logs, "rocksdb_sst_bytes": ssts, "meta_dir_bytes": du(self.dir / "data" / "meta")}
 
     def version(self) -> str:
         try:
