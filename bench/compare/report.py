@@ -15,7 +15,7 @@ import math
 import sys
 from pathlib import Path
 
-ORDER = ["sealion", "postgres-plain", "postgres-part", "duckdb", "chdb", "datafusion"]
+ORDER = ["sealion", "sealion-pg", "postgres-plain", "postgres-part", "duckdb", "chdb", "datafusion"]
 INGEST_ORDER = ["sealion", "postgres", "victoriametrics", "influxdb"]
 
 
@@ -43,7 +43,7 @@ def ratios(r: dict) -> dict[str, dict]:
     """Sealion's median over each peer's, per query, and their geometric mean."""
     out = {}
     for peer in _systems(r):
-        if peer == "sealion":
+        if peer in ("sealion", "sealion-pg"):
             continue
         per_q = {}
         for q, t in r.get("timings", {}).items():
@@ -152,7 +152,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
     L.append(f"- Timing: {st['warmup']} warm-up, then {st['runs']} timed runs per query per system; "
              "median (min–max) in ms, wall time on the client, the full answer fetched. Embedded systems "
              "(DuckDB, chDB, DataFusion) run in the benchmark's process; Sealion is asked over HTTP "
-             "(`format=arrow`), PostgreSQL over TCP with psycopg: the noise floor below is each one's round trip.")
+             "(`format=arrow`; `sealion-pg`, when present, is the same process over pgwire with psycopg), "
+             "PostgreSQL over TCP with psycopg: the noise floor below is each one's round trip. Ratios use "
+             "the HTTP column.")
     L.append("- Parity first: every system's answer to every query is compared (rows sorted, floats to a "
              "relative 1e-9) before any timing; a pair that errors or disagrees with the majority is withheld "
              "and listed below with the reason.")
@@ -190,6 +192,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
                 how = f"line protocol over HTTP, {x['batch_rows']} rows a request, {x['clients']} clients"
                 note = f"then sealed in {x['seal_s']:.1f} s"
                 secs = x["load_s"]
+            elif s == "sealion-pg":
+                L.append(f"| {s} | - | the `sealion` process, asked over pgwire | - | - | |")
+                continue
             elif s.startswith("postgres"):
                 how = "one COPY (CSV) from the client"
                 note = f"then index {x['index_s']:.1f} s, VACUUM ANALYZE {x['vacuum_analyze_s']:.1f} s"
@@ -249,7 +254,7 @@ def markdown(r: dict, pngs: list[str]) -> str:
             L.append("## Ratios\n")
             L.append("Sealion's median over the peer's: **below 1 Sealion is faster, above 1 it is slower.** "
                      "Only the queries timed on both. Geometric mean over those queries.\n")
-            peers = [p for p in systems if p != "sealion"]
+            peers = [p for p in systems if p not in ("sealion", "sealion-pg")]
             L.append("| query | " + " | ".join(peers) + " |")
             L.append("|---|" + "---|" * len(peers))
             for q in r["queries"]:
@@ -287,7 +292,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
         rows = d.get("rows", 0)
         vals = rows * 10
         L.append(f"Per field value: bytes over {vals:,} values ({rows:,} rows x 10 fields; time and tags "
-                 "included in the bytes). The `cpu` table only unless said.\n")
+                 "included in the bytes). The `cpu` table only unless said. Measured once, after the query "
+                 "timings (Sealion: after the seal, before the ingest runs); whether a system reclaims more "
+                 "later (compaction, log recycling) is not measured.\n")
         L.append("| system | bytes | per value | what was counted |")
         L.append("|---|---|---|---|")
         for s in systems:
@@ -306,8 +313,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
                              f"{x['sealed_dir_bytes'] / vals:.3f} | `storage/sealed` (cpu and events) |")
                     L.append(f"| sealion (of which RocksDB) | {x['rocksdb_dir_bytes']:,} | "
                              f"{x['rocksdb_dir_bytes'] / vals:.3f} | `storage/rows`: write-ahead logs "
-                             f"{x['rocksdb_log_bytes']:,}, table files {x['rocksdb_sst_bytes']:,}, measured after "
-                             "the seal and the query timings |")
+                             f"{x['rocksdb_log_bytes']:,}, table files {x['rocksdb_sst_bytes']:,} |")
+                    L.append(f"| sealion (of which meta) | {x.get('meta_dir_bytes', 0):,} | "
+                             f"{x.get('meta_dir_bytes', 0) / vals:.3f} | `meta` (Raft log and state) |")
             elif s.startswith("postgres"):
                 L.append(f"| {s} | {x['total_bytes']:,} | {x['total_bytes'] / vals:.3f} | heap "
                          f"{x['table_bytes']:,} + indexes {x['index_bytes']:,} |")

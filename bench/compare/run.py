@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 
 PIP = {"duckdb": "duckdb", "chdb": "chdb", "datafusion": "datafusion", "pyarrow": "pyarrow",
        "matplotlib": "matplotlib", "psycopg": "psycopg[binary]", "numpy": "numpy"}
-QUERY_SYSTEMS = ["sealion", "postgres-plain", "postgres-part", "duckdb", "chdb", "datafusion"]
+QUERY_SYSTEMS = ["sealion", "sealion-pg", "postgres-plain", "postgres-part", "duckdb", "chdb", "datafusion"]
 INGEST_SYSTEMS = ["sealion", "postgres", "victoriametrics", "influxdb"]
 
 
@@ -272,6 +272,11 @@ def main() -> int:
             log(f"starting and loading {name}")
             if name == "sealion":
                 s = sysmod.Sealion(a.sealion, work, a.sealion_arg)
+            elif name == "sealion-pg":
+                if "sealion" not in qsys:
+                    result.setdefault("load_errors", {})[name] = "needs `sealion` before it in --systems"
+                    continue
+                s = sysmod.SealionPg(qsys["sealion"])
             elif name.startswith("postgres-"):
                 if cluster is None:
                     cluster = sysmod.PostgresCluster(work)
@@ -290,6 +295,8 @@ def main() -> int:
                 s.start()
                 if name == "sealion":
                     info = s.load(data, a.batch_rows, a.load_clients)
+                elif name == "sealion-pg":
+                    info = s.load()
                 elif name.startswith("postgres-"):
                     info = s.load(data, days)
                 else:

@@ -49,8 +49,10 @@ def free_port() -> int:
 
 
 def du(path: Path) -> int:
-    """Bytes allocated on disk under ``path`` (du -sb counts apparent size;
-    this counts blocks, as a disk would)."""
+    """Bytes allocated on disk by ``path``, a file or everything under a
+    directory (blocks, as a disk counts them, not apparent sizes)."""
+    if os.path.isfile(path):
+        return os.lstat(path).st_blocks * 512
     total = 0
     for root, _, files in os.walk(path):
         for f in files:
@@ -221,13 +223,30 @@ class Sealion:
             cpu_bytes = sum(int(r[bi] or 0) for r in parts["rows"] if r[ti] == "cpu")
         # Where the bytes are: sealed files, and RocksDB (open partitions'
         # rows) split into write-ahead logs and table files.
-        storage = self.dir / "data" / "storage"
-        rows = storage / "rows"
-        logs = sum(du(p) for p in rows.glob("*.log")) if rows.exists() else 0
-        ssts = sum(du(p) for p in rows.glob("*.sst")) if rows.exists() else 0
-        return {"data_dir_bytes": du(self.dir / "data"), "system_partitions_cpu_bytes": cpu_bytes,
-                "sealed_dir_bytes": du(storage / "sealed"), "rocksdb_dir_bytes": du(rows),
-                "rocksdb_log_bytes": logs, "rocksdb_sst_bytes": ssts, "meta_dir_bytes": du(self.dir / "data" / "meta")}
+        # One walk, so the parts add up to the total even while RocksDB
+        # deletes and compacts files in the background.
+        root = self.dir / "data"
+        split = {"data_dir_bytes": 0, "sealed_dir_bytes": 0, "rocksdb_dir_bytes": 0, "rocksdb_log_bytes": 0,
+                 "rocksdb_sst_bytes": 0, "meta_dir_bytes": 0}
+        for d, _, files in os.walk(root):
+            rel = Path(d).relative_to(root).parts
+            for f in files:
+                try:
+                    b = os.lstat(os.path.join(d, f)).st_blocks * 512
+                except FileNotFoundError:
+                    continue
+                split["data_dir_bytes"] += b
+                if rel[:2] == ("storage", "sealed"):
+                    split["sealed_dir_bytes"] += b
+                elif rel[:2] == ("storage", "rows"):
+                    split["rocksdb_dir_bytes"] += b
+                    if f.endswith(".log"):
+                        split["rocksdb_log_bytes"] += b
+                    elif f.endswith(".sst"):
+                        split["rocksdb_sst_bytes"] += b
+                elif rel[:1] == ("meta",):
+                    split["meta_dir_bytes"] += b
+        return {"system_partitions_cpu_bytes": cpu_bytes, **split}
 
     def version(self) -> str:
         try:
@@ -245,6 +264,48 @@ class Sealion:
         except Exception:
             pass
         stop_proc(self.proc)
+
+
+class SealionPg:
+    """The same ``sealion standalone`` process asked over its PostgreSQL
+    wire port with psycopg, as PostgreSQL is: a second Sealion column whose
+    client path matches PostgreSQL's."""
+
+    name = "sealion-pg"
+    dialect = "sealion"
+
+    def __init__(self, sealion: Sealion):
+        self.sealion = sealion
+
+    def start(self) -> None:
+        import psycopg
+        self.conn = psycopg.connect(host="127.0.0.1", port=self.sealion.pg_port, user="sealion", dbname="public",
+                                    autocommit=True)
+
+    def load(self) -> dict:
+        return {"from": "the `sealion` process's data, over its PostgreSQL port"}
+
+    def query(self, q: str):
+        with self.conn.cursor() as cur:
+            cur.execute(q)
+            return [d.name for d in cur.description], cur.fetchall()
+
+    def run(self, q: str) -> None:
+        with self.conn.cursor() as cur:
+            cur.execute(q)
+            cur.fetchall()
+
+    def disk(self) -> dict:
+        return {"note": "see sealion"}
+
+    def version(self) -> str:
+        return self.sealion.version() + " (pgwire, psycopg)"
+
+    def stop(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:
+            pass
 
 
 # --------------------------------------------------------------------------
