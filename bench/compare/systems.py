@@ -107,15 +107,18 @@ class LineProtocolWriter:
     def __init__(self, port: int, path: str, ok: tuple[int, ...] = (204,)):
         self.port, self.path, self.ok = port, path, ok
 
+    def _post(self, c: http.client.HTTPConnection, body: bytes) -> None:
+        c.request("POST", self.path, body=body, headers={"Content-Type": "text/plain"})
+        r = c.getresponse()
+        answer = r.read()
+        if r.status not in self.ok:
+            raise RuntimeError(f"write {self.path}: {r.status} {answer[:500]!r}")
+
     def send(self, batches: list[bytes], clients: int) -> float:
         def worker(k: int) -> None:
             c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
             for i in range(k, len(batches), clients):
-                c.request("POST", self.path, body=batches[i], headers={"Content-Type": "text/plain"})
-                r = c.getresponse()
-                body = r.read()
-                if r.status not in self.ok:
-                    raise RuntimeError(f"write {self.path}: {r.status} {body[:500]!r}")
+                self._post(c, batches[i])
             c.close()
 
         t = time.perf_counter()
@@ -123,6 +126,30 @@ class LineProtocolWriter:
             for f in [ex.submit(worker, k) for k in range(clients)]:
                 f.result()
         return time.perf_counter() - t
+
+    def send_iter(self, batches, clients: int) -> tuple[float, int]:
+        """Like ``send``, for batches read as they go (a load of the whole
+        data set): each client takes the next batch when it is free.
+        Returns (seconds, rows)."""
+        import threading
+        lock, it, rows = threading.Lock(), iter(batches), [0] * clients
+
+        def worker(k: int) -> None:
+            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+            while True:
+                with lock:
+                    b = next(it, None)
+                if b is None:
+                    break
+                self._post(c, b)
+                rows[k] += b.count(b"\n")
+            c.close()
+
+        t = time.perf_counter()
+        with cf.ThreadPoolExecutor(clients) as ex:
+            for f in [ex.submit(worker, k) for k in range(clients)]:
+                f.result()
+        return time.perf_counter() - t, sum(rows)
 
 
 def rename_lp(batches: list[bytes], old: str, new: str) -> list[bytes]:
@@ -192,14 +219,15 @@ class Sealion:
         self.table(q)
 
     def load(self, data: Path, batch_rows: int, clients: int) -> dict:
-        from gen import lp_batches
+        from gen import iter_lp_batches
         writer = LineProtocolWriter(self.http_port, "/api/v1/write?db=public&precision=s")
-        batches = lp_batches(data / "cpu.lp", batch_rows)
-        rows = sum(b.count(b"\n") for b in batches)
+        batches = iter_lp_batches(data / "cpu.lp", batch_rows)
         # The first batch alone creates the table; then all clients at once.
-        secs = writer.send(batches[:1], 1) + writer.send(batches[1:], clients)
-        ev = lp_batches(data / "events.lp", batch_rows)
-        writer.send(ev, clients)
+        first = next(batches)
+        s1, _ = writer.send_iter([first], 1)
+        s2, rest = writer.send_iter(batches, clients)
+        secs, rows = s1 + s2, first.count(b"\n") + rest
+        writer.send_iter(iter_lp_batches(data / "events.lp", batch_rows), clients)
         t = time.perf_counter()
         seal = {}
         for table in ("cpu", "events"):
