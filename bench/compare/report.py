@@ -138,8 +138,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
     if oc:
         top = ", ".join(f"{t['comm']} {t['cpu_s']} s" for t in oc["top"])
         L.append(f"- Other processes on the machine used {oc['other_cpu_s']:.0f} CPU-seconds during the "
-                 f"{oc['wall_s']:.0f} s of query timing ({oc['other_cores_busy']:.2f} cores busy on average; "
-                 f"top: {top or 'none'}). The figures were taken beside that load.")
+                 f"{oc['wall_s']:.0f} s of query timing ({oc['other_cores_busy']:.2f} of the "
+                 f"{m['cores']} cores busy on average: the machine's busy time from /proc/stat less this run's "
+                 f"processes; the longest-lived of them: {top or 'none'}). The figures were taken beside that load.")
     L.append(f"- Data: TSBS cpu-only, {d.get('rows', 0):,} rows ({d.get('hosts')} hosts x "
              f"{d.get('readings_per_host', 0):,} readings, every {d.get('interval_s')} s, "
              f"{d.get('start')} to {d.get('end')}), 10 tags, 10 integer fields 0-100 stored as DOUBLE, seed "
@@ -361,7 +362,7 @@ def markdown(r: dict, pngs: list[str]) -> str:
         o = ing.get("other_cpu")
         if o:
             L.append(f"- Other processes used {o['other_cpu_s']:.0f} CPU-seconds during the {o['wall_s']:.0f} s "
-                     "of ingest runs.")
+                     f"of ingest runs ({o['other_cpu_s'] / o['wall_s']:.2f} cores on average).")
         L.append("")
         if len(pngs) > 1:
             L.append(f"![ingest]({pngs[1]})\n")

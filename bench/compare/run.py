@@ -126,22 +126,32 @@ class OtherCpu:
                     changed = True
         return ours
 
+    def _busy(self) -> float:
+        """CPU seconds the whole machine has been busy (all cores), /proc/stat."""
+        f = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f[:8])
+        return (user + nice + system + irq + softirq + steal) / self.tick
+
     def start(self) -> None:
-        self.t0, self.s0 = time.time(), self._snap()
+        self.t0, self.b0, self.s0 = time.time(), self._busy(), self._snap()
 
     def stop(self) -> dict:
-        s1, wall = self._snap(), time.time() - self.t0
+        s1, b1, wall = self._snap(), self._busy(), time.time() - self.t0
         ours = self._ours(s1) | self._ours(self.s0)
         used: dict[str, float] = {}
+        ours_s = 0.0
         for pid, (cpu, comm, _, _) in s1.items():
+            d = cpu - self.s0[pid][0] if pid in self.s0 else cpu
             if pid in ours:
-                continue
-            d = cpu - self.s0.get(pid, (0.0,))[0] if pid in self.s0 else cpu
-            if d > 0:
+                ours_s += max(d, 0.0)
+            elif d > 0:
                 used[comm] = used.get(comm, 0.0) + d
-        total = sum(used.values())
+        # The machine's busy time less ours counts the processes that came
+        # and went between the two snapshots too (a compiler run, a test).
+        other = max(b1 - self.b0 - ours_s, 0.0)
         top = sorted(used.items(), key=lambda kv: -kv[1])[:5]
-        return {"wall_s": wall, "other_cpu_s": total, "other_cores_busy": total / wall if wall else 0.0,
+        return {"wall_s": wall, "busy_cpu_s": b1 - self.b0, "ours_cpu_s": ours_s, "other_cpu_s": other,
+                "other_cores_busy": other / wall if wall else 0.0,
                 "top": [{"comm": c, "cpu_s": round(s, 1)} for c, s in top]}
 
 
