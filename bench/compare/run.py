@@ -1,0 +1,490 @@
+#!/usr/bin/env python3
+"""Sealion against peer systems, in one command.
+
+    python3 bench/compare/run.py --scale quick --sealion PATH_TO_SEALION_BINARY
+
+Installs what is missing (Python packages with pip; PostgreSQL, and for the
+ingest-only peers VictoriaMetrics and InfluxDB, with apt-get), generates the
+data (gen.py), starts every system in a temp dir on free loopback ports
+(systems.py), loads the same rows into each, checks that every system gives
+the same answer to every query (parity.py) and withholds the pairs that do
+not, times the rest (a warm-up, then ``--runs`` timed runs; median, min,
+max), measures each system's noise floor (``SELECT 1``), measures ingest
+(line protocol batches into Sealion, VictoriaMetrics and InfluxDB, COPY
+batches into PostgreSQL, from 1, 2 and 4 clients), records bytes on disk,
+stops everything (also on error or Ctrl-C) and writes
+``bench/results/compare-<date>-<scale>.{md,json}`` and PNG charts
+(report.py). Every flag is documented in bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+PIP = {"duckdb": "duckdb", "chdb": "chdb", "datafusion": "datafusion", "pyarrow": "pyarrow",
+       "matplotlib": "matplotlib", "psycopg": "psycopg[binary]", "numpy": "numpy"}
+QUERY_SYSTEMS = ["sealion", "sealion-pg", "postgres-plain", "postgres-part", "duckdb", "chdb", "datafusion"]
+INGEST_SYSTEMS = ["sealion", "postgres", "victoriametrics", "influxdb"]
+
+
+def log(msg: str) -> None:
+    print(f"[{dt.datetime.now(dt.timezone.utc):%H:%M:%S}] {msg}", flush=True)
+
+
+def ensure_deps(want_ingest_peers: list[str]) -> dict:
+    """pip/apt installs what is missing; returns notes on what was done."""
+    notes = {}
+    missing = [pkg for mod, pkg in PIP.items() if importlib.util.find_spec(mod) is None]
+    if missing:
+        log(f"pip install {' '.join(missing)}")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], check=True)
+        notes["pip"] = missing
+    apt = []
+    if not Path("/usr/lib/postgresql/15/bin/initdb").exists():
+        apt.append("postgresql")
+    if "victoriametrics" in want_ingest_peers and not shutil.which("victoria-metrics"):
+        apt.append("victoria-metrics")
+    if "influxdb" in want_ingest_peers and not shutil.which("influxd"):
+        apt.append("influxdb")
+    if apt:
+        log(f"apt-get install {' '.join(apt)}")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        r = subprocess.run(["apt-get", "install", "-y", *apt], env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            subprocess.run(["apt-get", "update"], env=env, capture_output=True)
+            r = subprocess.run(["apt-get", "install", "-y", *apt], env=env, capture_output=True, text=True)
+        notes["apt"] = {"packages": apt, "rc": r.returncode, "stderr_tail": r.stderr[-500:]}
+    return notes
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+    return {"cpu": cpu, "cores": os.cpu_count(), "mem_gib": round(int(mem) / 2**20, 1),
+            "kernel": platform.release(), "os": platform.platform(), "python": platform.python_version()}
+
+
+class OtherCpu:
+    """CPU seconds used by processes that are not this run's (not this
+    process or its descendants, not the benchmark's PostgreSQL, which runs
+    as user postgres) between ``start()`` and ``stop()``: the load the rest
+    of the machine put on the figures."""
+
+    def __init__(self):
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _snap(self) -> dict[int, tuple[float, str, int, int]]:
+        out = {}
+        for p in Path("/proc").iterdir():
+            if not p.name.isdigit():
+                continue
+            try:
+                stat = (p / "stat").read_text()
+                uid = (p / "status").stat().st_uid
+            except OSError:
+                continue
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            f = stat[stat.rindex(")") + 2:].split()
+            out[int(p.name)] = ((int(f[11]) + int(f[12])) / self.tick, comm, int(f[1]), uid)
+        return out
+
+    def _ours(self, snap) -> set[int]:
+        import pwd
+        try:
+            pg_uid = pwd.getpwnam("postgres").pw_uid
+        except KeyError:
+            pg_uid = -1
+        ours = {os.getpid()}
+        changed = True
+        while changed:
+            changed = False
+            for pid, (_, _, ppid, uid) in snap.items():
+                if pid not in ours and (ppid in ours or uid == pg_uid):
+                    ours.add(pid)
+                    changed = True
+        return ours
+
+    def _busy(self) -> float:
+        """CPU seconds the whole machine has been busy (all cores), /proc/stat."""
+        f = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f[:8])
+        return (user + nice + system + irq + softirq + steal) / self.tick
+
+    def start(self) -> None:
+        self.t0, self.b0, self.s0 = time.time(), self._busy(), self._snap()
+
+    def stop(self) -> dict:
+        s1, b1, wall = self._snap(), self._busy(), time.time() - self.t0
+        ours = self._ours(s1) | self._ours(self.s0)
+        used: dict[str, float] = {}
+        ours_s = 0.0
+        for pid, (cpu, comm, _, _) in s1.items():
+            d = cpu - self.s0[pid][0] if pid in self.s0 else cpu
+            if pid in ours:
+                ours_s += max(d, 0.0)
+            elif d > 0:
+                used[comm] = used.get(comm, 0.0) + d
+        # The machine's busy time less ours counts the processes that came
+        # and went between the two snapshots too (a compiler run, a test).
+        other = max(b1 - self.b0 - ours_s, 0.0)
+        top = sorted(used.items(), key=lambda kv: -kv[1])[:5]
+        return {"wall_s": wall, "busy_cpu_s": b1 - self.b0, "ours_cpu_s": ours_s, "other_cpu_s": other,
+                "other_cores_busy": other / wall if wall else 0.0,
+                "top": [{"comm": c, "cpu_s": round(s, 1)} for c, s in top]}
+
+
+def timed(fn, warmup: int, runs: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def stats(xs: list[float]) -> dict:
+    s = sorted(xs)
+    return {"min": s[0], "median": s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2,
+            "max": s[-1], "runs": xs}
+
+
+def csv_batches(path: Path, rows_per_batch: int, limit: int) -> list[bytes]:
+    out, cur, n = [], [], 0
+    with open(path, "rb") as f:
+        f.readline()  # header
+        for line in f:
+            cur.append(line)
+            n += 1
+            if len(cur) == rows_per_batch:
+                out.append(b"".join(cur))
+                cur = []
+            if n >= limit:
+                break
+    if cur:
+        out.append(b"".join(cur))
+    return out
+
+
+def main() -> int:
+    from gen import SCALES
+    ap = argparse.ArgumentParser(description="Sealion against peer systems (issue 7).")
+    ap.add_argument("--scale", choices=list(SCALES), default="quick")
+    ap.add_argument("--sealion", type=Path, help="the sealion binary (required unless sealion is left out of --systems)")
+    ap.add_argument("--build-label", default=None,
+                    help="how the Sealion binary was built, for the report (default: guessed from the path: "
+                         "'debug' if it contains /debug/, 'release' if /release/)")
+    ap.add_argument("--sealion-arg", action="append", default=[],
+                    help="an extra argument for `sealion standalone` (repeat it; e.g. "
+                         "--sealion-arg=--query-memory-limit-mb --sealion-arg=4096)")
+    ap.add_argument("--systems", default=",".join(QUERY_SYSTEMS), help="query systems, comma-separated")
+    ap.add_argument("--ingest-systems", default=",".join(INGEST_SYSTEMS),
+                    help="ingest systems, comma-separated ('' for no ingest)")
+    ap.add_argument("--ingest-clients", default="1,2,4")
+    ap.add_argument("--ingest-rows", type=int, default=None,
+                    help="rows per ingest run (default: 100,000 quick, 1,000,000 full)")
+    ap.add_argument("--ingest-runs", type=int, default=5)
+    ap.add_argument("--batch-rows", type=int, default=1000, help="rows per write request / COPY")
+    ap.add_argument("--load-clients", type=int, default=4, help="clients loading the data set over line protocol")
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per query per system (at least 5)")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--noise-runs", type=int, default=20)
+    ap.add_argument("--only", default="", help="only the queries whose name contains this")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--work", type=Path, default=None, help="work dir (default: a new temp dir, removed at the end)")
+    ap.add_argument("--keep-work", action="store_true", help="keep the work dir (data dirs, logs)")
+    ap.add_argument("--data", type=Path, default=None,
+                    help="where the generated files go (default: <work>/data; reused when the same scale and "
+                         "seed are there)")
+    ap.add_argument("--out", type=Path, default=HERE.parent / "results")
+    ap.add_argument("--no-install", action="store_true", help="do not pip/apt install anything")
+    a = ap.parse_args()
+    if a.runs < 5:
+        ap.error("--runs must be at least 5")
+    systems = [s for s in a.systems.split(",") if s]
+    ingest_systems = [s for s in a.ingest_systems.split(",") if s]
+    if ("sealion" in systems or "sealion" in ingest_systems) and not a.sealion:
+        ap.error("--sealion PATH is required")
+    scale = SCALES[a.scale]
+    ingest_rows = a.ingest_rows or (100_000 if a.scale == "quick" else 1_000_000)
+    clients = [int(c) for c in a.ingest_clients.split(",") if c]
+
+    t_start = time.time()
+    result: dict = {"started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    "command": shlex.join(["python3"] + sys.argv), "machine": machine(), "scale": a.scale,
+                    "settings": {"runs": a.runs, "warmup": a.warmup, "noise_runs": a.noise_runs,
+                                 "batch_rows": a.batch_rows, "load_clients": a.load_clients,
+                                 "ingest_rows": ingest_rows, "ingest_runs": a.ingest_runs,
+                                 "ingest_clients": clients, "seed": a.seed, "only": a.only},
+                    "loadavg_start": Path("/proc/loadavg").read_text().split()[:3]}
+    if not a.no_install:
+        result["installed"] = ensure_deps(ingest_systems)
+
+    import gen
+    import parity
+    import queries
+    import report
+    import systems as sysmod
+
+    work = a.work or Path(tempfile.mkdtemp(prefix="sealion-compare-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data = a.data or work / "data"
+    log(f"work dir {work}")
+
+    if a.sealion:
+        label = a.build_label or ("debug" if "/debug/" in str(a.sealion) else
+                                  "release" if "/release/" in str(a.sealion) else "unknown")
+        result["sealion_build"] = label
+        result["sealion_binary"] = str(a.sealion.resolve())
+        result["sealion_args"] = a.sealion_arg
+        result["sealion_binary_mtime"] = dt.datetime.fromtimestamp(
+            a.sealion.stat().st_mtime, dt.timezone.utc).isoformat(timespec="seconds")
+
+    t = time.perf_counter()
+    log(f"generating {scale.rows:,} rows ({scale.hosts} hosts x {scale.readings_per_host:,} readings) into {data}")
+    result["data"] = gen.generate(scale, data, a.seed)
+    result["data"]["generate_s"] = time.perf_counter() - t
+
+    # Stop everything on SIGTERM too.
+    def on_term(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, on_term)
+
+    running: list = []
+    cluster = None
+    qsys: dict[str, object] = {}
+    try:
+        days = int(-(-scale.seconds // gen.DAY_S))
+        for name in systems:
+            log(f"starting and loading {name}")
+            if name == "sealion":
+                s = sysmod.Sealion(a.sealion, work, a.sealion_arg)
+            elif name == "sealion-pg":
+                if "sealion" not in qsys:
+                    result.setdefault("load_errors", {})[name] = "needs `sealion` before it in --systems"
+                    continue
+                s = sysmod.SealionPg(qsys["sealion"])
+            elif name.startswith("postgres-"):
+                if cluster is None:
+                    cluster = sysmod.PostgresCluster(work)
+                    cluster.start()
+                s = sysmod.Postgres(cluster, name.split("-", 1)[1])
+            elif name == "duckdb":
+                s = sysmod.DuckDB(work)
+            elif name == "chdb":
+                s = sysmod.ChDB(work)
+            elif name == "datafusion":
+                s = sysmod.DataFusion(work)
+            else:
+                raise SystemExit(f"unknown system {name}")
+            try:
+                running.append(s)
+                s.start()
+                if name == "sealion":
+                    info = s.load(data, a.batch_rows, a.load_clients)
+                elif name == "sealion-pg":
+                    info = s.load()
+                elif name.startswith("postgres-"):
+                    info = s.load(data, days)
+                else:
+                    info = s.load(data)
+                info["version"] = s.version()
+            except Exception as e:
+                # A system that cannot start or load is left out, and said so.
+                err = f"{type(e).__name__}: {str(e)[:2000]}"
+                result.setdefault("load_errors", {})[name] = err
+                log(f"  {name} left out: {err}")
+                continue
+            result.setdefault("load", {})[name] = info
+            qsys[name] = s
+            log(f"  {name}: {json.dumps({k: v for k, v in info.items() if k not in ('partitions', 'seal_answer')})}")
+        if cluster is not None:
+            result["postgres_settings"] = cluster.SETTINGS
+
+        # Parity.
+        qs = [q for q in queries.build(scale) if a.only in q.name]
+        result["queries"] = [{"name": q.name, "group": q.group, "sql": q.sql, "skip": q.skip} for q in qs]
+        parity_res: dict[str, dict] = {}
+        log(f"parity: {len(qs)} queries x {len(qsys)} systems")
+        for q in qs:
+            answers, errors, rows_n = {}, {}, {}
+            for name, s in qsys.items():
+                sql = q.sql.get(s.dialect)
+                if sql is None:
+                    continue
+                try:
+                    cols, rows = s.query(sql)
+                    answers[name] = parity.canonical(cols, rows, q.by_name)
+                    rows_n[name] = len(rows)
+                except Exception as e:  # an error is a finding: recorded, withheld
+                    errors[name] = f"{type(e).__name__}: {str(e).strip()[:1500]}"
+            agree, differ = parity.groups(answers, prefer="postgres-plain")
+            parity_res[q.name] = {"agree": agree, "differ": differ, "errors": errors, "rows": rows_n}
+            bad = {**differ, **errors}
+            log(f"  {q.name}: agree {agree}" + (f"; withheld {sorted(bad)}" if bad else ""))
+        result["parity"] = parity_res
+
+        # Timing, after parity: only the pairs that agree.
+        timings: dict[str, dict] = {}
+        oc = OtherCpu()
+        oc.start()
+        log(f"timing: {a.warmup} warm-up + {a.runs} runs per pair")
+        for q in qs:
+            timings[q.name] = {}
+            for name in parity_res[q.name]["agree"]:
+                s = qsys[name]
+                sql = q.sql[s.dialect]
+                try:
+                    timings[q.name][name] = stats(timed(lambda: s.run(sql), a.warmup, a.runs))
+                except Exception as e:
+                    parity_res[q.name]["errors"][name] = f"while timing: {type(e).__name__}: {str(e)[:1500]}"
+            log(f"  {q.name}: " + ", ".join(f"{n} {t['median'] * 1e3:.1f} ms" for n, t in timings[q.name].items()))
+        result["timings"] = timings
+        noise = {}
+        for name, s in qsys.items():
+            noise[name] = stats(timed(lambda: s.run("SELECT 1"), a.warmup, a.noise_runs))
+        result["noise_floor"] = noise
+        result["other_cpu_during_queries"] = oc.stop()
+        log(f"noise floor: " + ", ".join(f"{n} {t['median'] * 1e3:.2f} ms" for n, t in noise.items()))
+
+        disk = {}
+        for name, s in qsys.items():
+            try:
+                disk[name] = s.disk()
+            except Exception as e:
+                disk[name] = {"error": f"{type(e).__name__}: {e}"}
+        result["disk"] = disk
+
+        # Ingest.
+        if ingest_systems:
+            result["ingest"] = ingest(a, data, work, ingest_systems, clients, ingest_rows, qsys, cluster, running,
+                                      sysmod, result)
+    except BaseException as e:
+        result["error"] = f"{type(e).__name__}: {e}"
+        result["traceback"] = traceback.format_exc()
+        log(f"ERROR {result['error']}\n{result['traceback']}")
+    finally:
+        for s in reversed(running):
+            try:
+                s.stop()
+            except Exception as e:
+                log(f"stopping {getattr(s, 'name', s)}: {e}")
+        if cluster is not None:
+            cluster.stop()
+        result["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+        result["wall_s"] = time.time() - t_start
+        for name in ("sealion",):
+            s = qsys.get(name)
+            if s is not None and getattr(s, "log", None) and Path(s.log).exists():
+                result["sealion_log_tail"] = Path(s.log).read_text(errors="replace")[-3000:]
+        if not a.keep_work and a.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+    a.out.mkdir(parents=True, exist_ok=True)
+    stem = a.out / f"compare-{dt.date.today().isoformat()}-{a.scale}" \
+        f"{'-' + result.get('sealion_build', '') if result.get('sealion_build') not in (None, 'release') else ''}"
+    Path(f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
+    report.write(result, stem)
+    log(f"wrote {stem}.md, {stem}.json and charts in {result['wall_s']:.0f} s")
+    return 1 if "error" in result else 0
+
+
+def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, result) -> dict:
+    """Batches of ``--batch-rows`` rows from 1, 2, 4 clients: line protocol
+    into Sealion, VictoriaMetrics and InfluxDB, COPY into PostgreSQL. Each
+    run writes into a new table (measurement) so no run appends to another's;
+    a warm-up run first. Rows/s is rows over the wall time of the run."""
+    import gen
+    lp = gen.lp_batches(data / "cpu.lp", a.batch_rows, rows)
+    csvb = csv_batches(data / "cpu.csv", a.batch_rows, rows)
+    n_rows = sum(b.count(b"\n") for b in lp)
+    targets: dict[str, object] = {}
+    out: dict = {"rows_per_run": n_rows, "results": {}, "notes": {}, "load": {}, "disk": {}, "versions": {}}
+    for name in names:
+        try:
+            if name == "sealion":
+                s = qsys.get("sealion")
+                if s is None:
+                    s = sysmod.Sealion(a.sealion, work, a.sealion_arg)
+                    s.start()
+                    running.append(s)
+                targets[name] = ("lp", s.ingest_target())
+            elif name == "postgres":
+                if cluster is None:
+                    raise RuntimeError("PostgreSQL needs a postgres-* query system in --systems")
+                c = cluster.connect()
+                c.execute("DROP DATABASE IF EXISTS ingest")
+                c.execute("CREATE DATABASE ingest")
+                c.close()
+                targets[name] = ("copy", sysmod.PostgresCopyIngest(cluster, "ingest"))
+                out["versions"][name] = "COPY (FORMAT csv), same B-tree as postgres-plain"
+            elif name in ("victoriametrics", "influxdb"):
+                s = sysmod.VictoriaMetrics(work) if name == "victoriametrics" else sysmod.InfluxDB(work)
+                s.start()
+                running.append(s)
+                out["versions"][name] = s.version()
+                # The whole data set once, for bytes on disk.
+                secs, total = s.ingest_target().send_iter(gen.iter_lp_batches(data / "cpu.lp", a.batch_rows),
+                                                          a.load_clients)
+                out["load"][name] = {"rows": total, "load_s": secs, "rows_per_s": total / secs}
+                out["disk"][name] = s.disk()
+                targets[name] = ("lp", s.ingest_target())
+            else:
+                raise RuntimeError(f"unknown ingest system {name}")
+        except Exception as e:
+            out["notes"][name] = f"not measured: {type(e).__name__}: {e}"
+            log(f"ingest {name}: {out['notes'][name]}")
+    log(f"ingest: {n_rows:,} rows per run, {a.batch_rows} rows per batch, clients {clients}, "
+        f"1 warm-up + {a.ingest_runs} runs, systems {list(targets)}")
+    oc = OtherCpu()
+    oc.start()
+    for c in clients:
+        for r in range(-1, a.ingest_runs):  # -1: warm-up
+            for name, (kind, tgt) in targets.items():
+                if name in out["notes"]:
+                    continue
+                table = f"ingest_c{c}_{'w' if r < 0 else r}"
+                try:
+                    if kind == "lp":
+                        secs = tgt.send(sysmod.rename_lp(lp, "cpu", table), c)
+                    else:
+                        secs = tgt.send(table, csvb, c)
+                except Exception as e:
+                    out["notes"][name] = f"failed at {c} clients: {type(e).__name__}: {str(e)[:1000]}"
+                    log(f"ingest {name}: {out['notes'][name]}")
+                    continue
+                if r >= 0:
+                    out["results"].setdefault(name, {}).setdefault(str(c), []).append(n_rows / secs)
+        log(f"  {c} clients: " + ", ".join(
+            f"{n} {sorted(v[str(c)])[len(v[str(c)]) // 2]:,.0f} rows/s" for n, v in out["results"].items()
+            if str(c) in v))
+    out["other_cpu"] = oc.stop()
+    out["stats"] = {n: {c: stats(v) for c, v in per.items()} for n, per in out["results"].items()}
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
