@@ -13,6 +13,16 @@ pub const TIME_COLUMN: &str = "time";
 /// Time zone of the time column's Arrow type.
 pub const TIME_ZONE: &str = "UTC";
 
+/// Most shards a table may have per time partition.
+pub const MAX_SHARDS: u32 = 256;
+/// Most replicas a table may ask for.
+pub const MAX_REPLICATION_FACTOR: u32 = 7;
+
+/// A table's shards per time partition (0 is read as 1).
+pub fn table_shards(table: &Table) -> u32 {
+    table.shards.max(1)
+}
+
 /// Arrow type of a Sealion column type.
 pub fn arrow_type(t: DataType) -> ArrowType {
     match t {

@@ -165,15 +165,7 @@ fn column_shape(c: &Column) -> Result<(ColumnKind, DataType), Refusal> {
     }
 }
 
-/// Most shards a table may have per time partition.
-pub const MAX_SHARDS: u32 = 256;
-/// Most replicas a table may ask for.
-pub const MAX_REPLICATION_FACTOR: u32 = 7;
-
-/// A table's shards per time partition (0 is read as 1).
-pub fn table_shards(table: &Table) -> u32 {
-    table.shards.max(1)
-}
+pub use sealion_common::catalog::{MAX_REPLICATION_FACTOR, MAX_SHARDS, table_shards};
 
 fn interval_or_default(interval_ns: i64) -> Result<i64, Refusal> {
     match interval_ns {

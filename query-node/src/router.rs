@@ -91,17 +91,24 @@ pub fn retention_cutoff_ns(table: &Table, now_ns: i64) -> i64 {
 struct ShardOf<'a> {
     shards: u32,
     /// The batch's tag columns as text, with their names.
-    tags: Vec<(&'a str, arrow::array::ArrayRef)>,
+    tags: Vec<(&'a str, arrow::array::StringArray)>,
 }
 
 impl<'a> ShardOf<'a> {
     fn new(table: &'a Table, batch: &RecordBatch) -> Result<Self> {
-        let shards = table.shards.max(1);
+        let shards = sealion_common::catalog::table_shards(table);
         let mut tags = Vec::new();
         if shards > 1 {
             for c in table.columns.iter().filter(|c| c.kind() == ColumnKind::Tag) {
                 if let Some(array) = batch.column_by_name(&c.name) {
                     let text = arrow::compute::cast(array, &arrow::datatypes::DataType::Utf8)?;
+                    let text = text
+                        .as_any()
+                        .downcast_ref::<arrow::array::StringArray>()
+                        .ok_or_else(|| {
+                            Error::Internal(format!("tag column {} is not text", c.name))
+                        })?
+                        .clone();
                     tags.push((c.name.as_str(), text));
                 }
             }
@@ -113,16 +120,12 @@ impl<'a> ShardOf<'a> {
         if self.shards <= 1 {
             return Ok(0);
         }
-        let mut tags: Vec<(&str, &str)> = Vec::with_capacity(self.tags.len());
-        for (name, array) in &self.tags {
-            let strings = array
-                .as_any()
-                .downcast_ref::<arrow::array::StringArray>()
-                .ok_or_else(|| Error::Internal(format!("tag column {name} is not text")))?;
-            if !strings.is_null(i) {
-                tags.push((name, strings.value(i)));
-            }
-        }
+        let tags: Vec<(&str, &str)> = self
+            .tags
+            .iter()
+            .filter(|(_, strings)| !strings.is_null(i))
+            .map(|(name, strings)| (*name, strings.value(i)))
+            .collect();
         let series = sealion_format::rows::encode_series(&tags)
             .map_err(|e| Error::Invalid(e.to_string()))?;
         Ok(sealion_format::rows::series_shard(&series, self.shards))
@@ -334,7 +337,7 @@ impl WriteRouter {
         }
         let state = self.meta.state();
         let present = |p: &Partition| p.table_id == table.id && wanted.contains(&p.start_ns);
-        let shards = table.shards.max(1) as usize;
+        let shards = sealion_common::catalog::table_shards(table) as usize;
         if state.partitions.iter().filter(|p| present(p)).count() == wanted.len() * shards {
             return Ok(state
                 .partitions

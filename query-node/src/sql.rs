@@ -10,6 +10,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, StringArray};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema};
 use arrow::record_batch::RecordBatch;
+use sealion_common::catalog::{MAX_REPLICATION_FACTOR, MAX_SHARDS};
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionState;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
@@ -174,12 +175,6 @@ fn option_text(value: &SqlExpr) -> Result<String> {
         ))),
     }
 }
-
-/// Most shards a table may have per time partition (meta holds the same
-/// limit).
-pub const MAX_SHARDS: u32 = 256;
-/// Most replicas a table may ask for (meta holds the same limit).
-pub const MAX_REPLICATION_FACTOR: u32 = 7;
 
 /// Translates `CREATE TABLE` into a Sealion table.
 ///

@@ -39,16 +39,7 @@ async fn cluster_keeps_answering_through_node_and_meta_failures() {
         _dir,
     } = ProcCluster::start(3, 2, 1, &[]).await;
     // Both storage nodes registered.
-    eventually("two storage nodes up", Duration::from_secs(60), || async {
-        let (s, b) = http
-            .sql(
-                "public",
-                "SELECT count(*) FROM system.nodes WHERE state = 'up'",
-            )
-            .await;
-        (s == 200 && b["rows"][0][0] == 2).then_some(())
-    })
-    .await;
+    storage_nodes_up(&http, 2, Duration::from_secs(60)).await;
 
     // Create by SQL, write by line protocol and by INSERT over pgwire.
     let pg = pg_connect(&pg_addr, "public").await;
@@ -243,20 +234,7 @@ async fn sealion_cluster_command_runs_a_working_cluster_and_stops_it() {
     );
     let http = Http::new(&format!("127.0.0.1:{http_port}"));
     wait_healthy(&http, &[&launcher]).await;
-    eventually(
-        "three storage nodes up",
-        Duration::from_secs(60),
-        || async {
-            let (s, b) = http
-                .sql(
-                    "public",
-                    "SELECT count(*) FROM system.nodes WHERE state = 'up'",
-                )
-                .await;
-            (s == 200 && b["rows"][0][0] == 3).then_some(())
-        },
-    )
-    .await;
+    storage_nodes_up(&http, 3, Duration::from_secs(60)).await;
     let data = Dataset {
         hosts: 10,
         days: 3,

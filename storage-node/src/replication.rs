@@ -187,6 +187,16 @@ pub(crate) async fn primary_view(ctx: &NodeContext, ids: &[u64]) -> Result<Arc<C
     primary_view_fresh(ctx, ids).await
 }
 
+/// As `primary_view`, after settling the partitions' current epochs
+/// (`settle`); from meta's latest state when settling changed a set.
+async fn settled_primary_view(ctx: &NodeContext, ids: &[u64]) -> Result<Arc<ClusterState>> {
+    let state = primary_view(ctx, ids).await?;
+    if settle(ctx, &state, ids).await? {
+        return primary_view_fresh(ctx, ids).await;
+    }
+    Ok(state)
+}
+
 /// As `primary_view`, always from meta's latest state.
 async fn primary_view_fresh(ctx: &NodeContext, ids: &[u64]) -> Result<Arc<ClusterState>> {
     let fresh = Arc::new(ctx.meta.get_state(true).await?.state.unwrap_or_default());
@@ -518,10 +528,7 @@ pub async fn primary_write(ctx: &Arc<NodeContext>, mut req: WriteRequest) -> Res
     if ids.is_empty() {
         return Ok(0);
     }
-    let mut state = primary_view(ctx, &ids).await?;
-    if settle(ctx, &state, &ids).await? {
-        state = primary_view_fresh(ctx, &ids).await?;
-    }
+    let state = settled_primary_view(ctx, &ids).await?;
     let local = crate::service::apply_write(ctx, &req, true);
     let forwarded = replicate(
         ctx,
@@ -563,10 +570,7 @@ pub async fn primary_write(ctx: &Arc<NodeContext>, mut req: WriteRequest) -> Res
 pub async fn primary_delete(ctx: &Arc<NodeContext>, req: DeleteRequest) -> Result<u64> {
     let ids = req.partition_ids.clone();
     let _locks = ctx.locks.lock_all(&ids).await?;
-    let mut state = primary_view(ctx, &ids).await?;
-    if settle(ctx, &state, &ids).await? {
-        state = primary_view_fresh(ctx, &ids).await?;
-    }
+    let state = settled_primary_view(ctx, &ids).await?;
     let local = crate::service::apply_delete(ctx, &req);
     let forwarded = replicate(
         ctx,

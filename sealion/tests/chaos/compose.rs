@@ -8,7 +8,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::common::{Http, eventually, free_base_port, meta_leader, meta_voters};
+use crate::common::{
+    Http, eventually, free_base_port, meta_leader, meta_voters, storage_nodes_up,
+};
 
 pub struct Compose {
     project: String,
@@ -97,13 +99,7 @@ impl Compose {
             })
             .await;
         }
-        eventually("three storage nodes up", Duration::from_secs(120), || async {
-            let (s, b) = c.http[0]
-                .sql("public", "SELECT count(*) FROM system.nodes WHERE state = 'up'")
-                .await;
-            (s == 200 && b["rows"][0][0] == 3).then_some(())
-        })
-        .await;
+        storage_nodes_up(&c.http[0], 3, Duration::from_secs(120)).await;
         eventually("three meta voters", Duration::from_secs(120), || {
             meta_voters(&c.meta_addrs, 3)
         })

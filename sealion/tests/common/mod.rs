@@ -451,6 +451,18 @@ pub async fn wait_healthy(http: &Http, p: &mut Proc) {
 }
 
 /// Seals every partition of `table` whose end has passed; the outcome of each.
+/// Waits until `n` storage nodes are up, as the query node behind `http`
+/// sees them.
+pub async fn storage_nodes_up(http: &Http, n: usize, within: Duration) {
+    eventually(&format!("{n} storage nodes up"), within, || async {
+        let (s, b) = http
+            .sql("public", "SELECT count(*) FROM system.nodes WHERE state = 'up'")
+            .await;
+        (s == 200 && b["rows"][0][0] == n).then_some(())
+    })
+    .await;
+}
+
 pub async fn admin_seal(http: &Http, table: &str) -> Vec<String> {
     let r = http
         .client
@@ -569,16 +581,7 @@ pub async fn start_cluster(storage: usize) -> LocalCluster {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    eventually("every storage node up", Duration::from_secs(60), || async {
-        let (s, b) = http
-            .sql(
-                "public",
-                "SELECT count(*) FROM system.nodes WHERE state = 'up'",
-            )
-            .await;
-        (s == 200 && b["rows"][0][0] == storage).then_some(())
-    })
-    .await;
+    storage_nodes_up(&http, storage, Duration::from_secs(60)).await;
     LocalCluster {
         launcher,
         http,
@@ -681,20 +684,7 @@ impl ProcCluster {
             || async { http.healthy().await.then_some(()) },
         )
         .await;
-        eventually(
-            "every storage node up",
-            Duration::from_secs(120),
-            || async {
-                let (s, b) = http
-                    .sql(
-                        "public",
-                        "SELECT count(*) FROM system.nodes WHERE state = 'up'",
-                    )
-                    .await;
-                (s == 200 && b["rows"][0][0] == n).then_some(())
-            },
-        )
-        .await;
+        storage_nodes_up(&http, n, Duration::from_secs(120)).await;
         ProcCluster {
             metas: meta_procs,
             meta_addrs,
