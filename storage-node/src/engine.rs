@@ -15,8 +15,10 @@
 //! batch recorded is deleted and the rows are still in RocksDB.
 //!
 //! Rows written to a sealed partition (late rows) go to RocksDB like any
-//! other row; every read merges them over the file, the later write winning
-//! on (series, time), and a reseal folds them in.
+//! other row, with a mark for the partition in the same batch; every read
+//! merges them over the file, the later write winning on (series, time),
+//! and a reseal folds them in. A sealed partition with no mark is read from
+//! its file alone.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -26,7 +28,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use arrow::record_batch::RecordBatch;
 use prost::Message;
 use rocksdb::{
-    ColumnFamilyDescriptor, DB, DBAccess, Direction, IteratorMode, Options, ReadOptions,
+    ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, ReadOptions,
     WriteBatch, WriteOptions,
 };
 use sealion_common::proto::{Column, DeletePredicate, ScanMetrics, ScanRequest};
@@ -54,6 +56,18 @@ const DELETES_CF: &str = "deletes";
 /// Batch ids of applied writes, per partition: key partition id (u64 BE) |
 /// batch id, value the time it was applied (ms since the epoch, u64 BE).
 const BATCHES_CF: &str = "batches";
+/// Sealed partitions that may hold late rows: key partition id (u64 BE),
+/// empty value. Written in the same RocksDB batch as the rows that make it
+/// true (a write to a sealed partition, a seal that leaves rows behind) and
+/// removed in the batch that empties the partition's open key range (a seal
+/// that folds every row in, a copied file, a drop). A read of a sealed
+/// partition with no mark in its snapshot skips the open key range: right
+/// after a seal that range is one range tombstone over every sealed row,
+/// and RocksDB steps over each covered row until a compaction drops them.
+const LATE_CF: &str = "late";
+/// The key in `LATE_CF` that says the marks are complete (a store made
+/// before the marks existed has them derived once, at open).
+const LATE_MARKS_COMPLETE: &[u8] = b"marks complete";
 /// How long a write's batch id is remembered: a retry of the batch within
 /// this time is applied once. Older marks are pruned by the sweeper.
 pub const BATCH_ID_RETENTION_MS: u64 = 60 * 60 * 1000;
@@ -228,8 +242,11 @@ fn merge_rows<'a>(
 }
 
 /// The rows of `partition_id` in `db` (a DB or a snapshot), in key order.
-fn rocks_rows<'a, D: DBAccess>(
-    iter: rocksdb::DBIteratorWithThreadMode<'a, D>,
+/// A key and value as RocksDB's iterators give them.
+type KeyValue = (Box<[u8]>, Box<[u8]>);
+
+fn rocks_rows<'a>(
+    iter: impl Iterator<Item = std::result::Result<KeyValue, rocksdb::Error>> + 'a,
     partition_id: u64,
 ) -> impl Iterator<Item = FResult<SortedRow>> + 'a {
     iter.map(move |item| {
@@ -303,6 +320,34 @@ fn partition_read_options(partition_id: u64) -> ReadOptions {
     ro
 }
 
+/// Derives the late-row marks of a store made before they existed: each
+/// sealed partition with any row in its open key range is marked. Runs
+/// once; later opens find `LATE_MARKS_COMPLETE`.
+fn mark_late_rows_once(db: &DB, sealed: impl Iterator<Item = u64>) -> Result<()> {
+    let cf = db
+        .cf_handle(LATE_CF)
+        .ok_or_else(|| Error::Internal("no late column family".into()))?;
+    if db.get_cf(&cf, LATE_MARKS_COMPLETE)?.is_some() {
+        return Ok(());
+    }
+    let mut batch = WriteBatch::default();
+    for pid in sealed {
+        let prefix = partition_prefix(pid);
+        let mut it = db.iterator_opt(
+            IteratorMode::From(&prefix, Direction::Forward),
+            partition_read_options(pid),
+        );
+        if it.next().transpose()?.is_some() {
+            batch.put_cf(&cf, pid.to_be_bytes(), []);
+        }
+    }
+    batch.put_cf(&cf, LATE_MARKS_COMPLETE, []);
+    let mut opts = WriteOptions::default();
+    opts.set_sync(true);
+    db.write_opt(batch, &opts)?;
+    Ok(())
+}
+
 impl Engine {
     /// Opens (or creates) the engine under `root`: RocksDB in `root/rows`,
     /// sealed files in `root/sealed`. Files that no seal recorded (left by a
@@ -323,6 +368,7 @@ impl Engine {
             ColumnFamilyDescriptor::new(SEALED_CF, Options::default()),
             ColumnFamilyDescriptor::new(DELETES_CF, Options::default()),
             ColumnFamilyDescriptor::new(BATCHES_CF, Options::default()),
+            ColumnFamilyDescriptor::new(LATE_CF, Options::default()),
         ];
         let db = DB::open_cf_descriptors(&opts, &rows_dir, cfs)?;
         let mut sealed = HashMap::new();
@@ -347,6 +393,7 @@ impl Engine {
                 sealed.insert(pid, Arc::new(file));
             }
         }
+        mark_late_rows_once(&db, sealed.keys().copied())?;
         for entry in std::fs::read_dir(&sealed_dir)? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().to_string();
@@ -417,8 +464,60 @@ impl Engine {
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
         let _shared = self.swap.read().map_err(|_| poisoned())?;
+        // Rows for a sealed partition are late rows: marked in the same
+        // batch. (A seal commits under the exclusive lock, so whether the
+        // partition is sealed cannot change before this batch is written.)
+        {
+            let sealed = self.sealed.read().map_err(|_| poisoned())?;
+            let cf = self.late_cf()?;
+            for (partition_id, batches) in parts {
+                if sealed.contains_key(partition_id) && batches.iter().any(|b| b.num_rows() > 0) {
+                    batch.put_cf(cf, partition_id.to_be_bytes(), []);
+                }
+            }
+        }
         self.db.write_opt(batch, &opts)?;
         Ok(rows)
+    }
+
+    fn late_cf(&self) -> Result<&rocksdb::ColumnFamily> {
+        self.db
+            .cf_handle(LATE_CF)
+            .ok_or_else(|| Error::Internal("no late column family".into()))
+    }
+
+    /// Whether sealed partition `partition_id` may hold rows in its open
+    /// key range (late rows) as `snap` saw it. False means the range holds
+    /// none and need not be read.
+    fn late_marked(
+        &self,
+        snap: &rocksdb::SnapshotWithThreadMode<'_, DB>,
+        partition_id: u64,
+    ) -> Result<bool> {
+        Ok(snap
+            .get_cf(self.late_cf()?, partition_id.to_be_bytes())?
+            .is_some())
+    }
+
+    /// The rows in `partition_id`'s open key range as `snap` saw them: all
+    /// its rows while it is open (`sealed` false), its late rows once it is
+    /// sealed. Not read at all for a sealed partition with no late-row mark.
+    fn open_range<'s>(
+        &self,
+        snap: &'s rocksdb::SnapshotWithThreadMode<'_, DB>,
+        partition_id: u64,
+        sealed: bool,
+    ) -> Result<impl Iterator<Item = std::result::Result<KeyValue, rocksdb::Error>> + 's> {
+        let read = !sealed || self.late_marked(snap, partition_id)?;
+        Ok(read
+            .then(|| {
+                snap.iterator_opt(
+                    IteratorMode::From(&partition_prefix(partition_id), Direction::Forward),
+                    partition_read_options(partition_id),
+                )
+            })
+            .into_iter()
+            .flatten())
     }
 
     fn batches_cf(&self) -> Result<&rocksdb::ColumnFamily> {
@@ -620,11 +719,7 @@ impl Engine {
                 let _shared = self.swap.read().map_err(|_| poisoned())?;
                 (self.db.snapshot(), self.sealed_file(pid)?)
             };
-            let prefix = partition_prefix(pid);
-            let open = snapshot.iterator_opt(
-                IteratorMode::From(&prefix, Direction::Forward),
-                partition_read_options(pid),
-            );
+            let open = self.open_range(&snapshot, pid, file.is_some())?;
             match &file {
                 None => scan_rows(&mut out, pid, rocks_rows(open, pid))?,
                 Some(f) => {
@@ -657,8 +752,12 @@ impl Engine {
     /// Rows of a partition in RocksDB: all its rows while it is open, its
     /// late rows once it is sealed.
     pub fn open_rows(&self, partition_id: u64) -> Result<u64> {
+        let (snapshot, sealed) = {
+            let _shared = self.swap.read().map_err(|_| poisoned())?;
+            (self.db.snapshot(), self.sealed_file(partition_id)?.is_some())
+        };
         let mut n = 0;
-        for item in self.partition_iter(partition_id) {
+        for item in self.open_range(&snapshot, partition_id, sealed)? {
             item?;
             n += 1;
         }
@@ -672,12 +771,8 @@ impl Engine {
             let _shared = self.swap.read().map_err(|_| poisoned())?;
             (self.db.snapshot(), self.sealed_file(partition_id)?)
         };
-        let prefix = partition_prefix(partition_id);
         let open = rocks_rows(
-            snapshot.iterator_opt(
-                IteratorMode::From(&prefix, Direction::Forward),
-                partition_read_options(partition_id),
-            ),
+            self.open_range(&snapshot, partition_id, file.is_some())?,
             partition_id,
         );
         Ok(match file {
@@ -704,16 +799,11 @@ impl Engine {
             let _shared = self.swap.read().map_err(|_| poisoned())?;
             (self.db.snapshot(), self.sealed_file(partition_id)?)
         };
-        let prefix = partition_prefix(partition_id);
-        let open_iter = || {
-            snapshot.iterator_opt(
-                IteratorMode::From(&prefix, Direction::Forward),
-                partition_read_options(partition_id),
-            )
-        };
+        let sealed = file.is_some();
+        let open_iter = || self.open_range(&snapshot, partition_id, sealed);
         let mut stats = Stats::default();
         let mut open_rows = 0u64;
-        for item in open_iter() {
+        for item in open_iter()? {
             let (key, value) = item?;
             open_rows += 1;
             stats.bytes += (key.len() + value.len()) as u64;
@@ -744,7 +834,7 @@ impl Engine {
                     let mut n = 0u64;
                     for row in merge_rows(
                         without_deleted(f.rows(), deletes, partition_id),
-                        rocks_rows(open_iter(), partition_id),
+                        rocks_rows(open_iter()?, partition_id),
                     ) {
                         row?;
                         n += 1;
@@ -914,7 +1004,9 @@ impl Engine {
                 .peekable();
             // Whether every live row goes (the usual case: nothing was
             // written during the seal). Then one range tombstone replaces
-            // the per-row ones, and reads need no compaction to skip them.
+            // the per-row ones and the partition's late-row mark goes, so
+            // reads do not enter the range (RocksDB would step over every
+            // covered row until a compaction drops them).
             let mut every_row_goes = true;
             for item in self.partition_iter(partition_id) {
                 let (key, value) = item?;
@@ -971,6 +1063,12 @@ impl Engine {
                 batch.delete_range(from, to);
             }
             range_deleted = every_row_goes;
+            if every_row_goes {
+                batch.delete_cf(self.late_cf()?, partition_id.to_be_bytes());
+            } else {
+                // Rows written during the seal stay, as late rows.
+                batch.put_cf(self.late_cf()?, partition_id.to_be_bytes(), []);
+            }
             batch.put_cf(&cf, partition_id.to_be_bytes(), name.as_bytes());
             // Deletes the new file already reflects leave the log; later ones
             // stay and apply to it.
@@ -1122,6 +1220,7 @@ impl Engine {
         batch.delete_range(from.clone(), to.clone());
         batch.delete_range_cf(self.deletes_cf()?, from.clone(), to.clone());
         batch.delete_range_cf(self.batches_cf()?, from, to);
+        batch.delete_cf(self.late_cf()?, partition_id.to_be_bytes());
         batch.put_cf(&cf, partition_id.to_be_bytes(), name.as_bytes());
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
@@ -1143,22 +1242,38 @@ impl Engine {
 
     /// Ids of the partitions this node holds rows of (open or sealed), in
     /// order. Seeks from one partition's prefix to the next, so it costs one
-    /// seek per partition, not one step per row.
+    /// seek per partition, not one step per row; the key ranges of sealed
+    /// partitions (listed already) are never entered, since right after a
+    /// seal a seek into one steps over every row it sealed.
     pub fn partition_ids(&self) -> Result<Vec<u64>> {
-        let mut ids: std::collections::BTreeSet<u64> = self
+        let sealed: std::collections::BTreeSet<u64> = self
             .sealed
             .read()
             .map_err(|_| poisoned())?
             .keys()
             .copied()
             .collect();
+        let mut ids = sealed.clone();
         let mut next: Option<u64> = Some(0);
         while let Some(from) = next {
+            if sealed.contains(&from) {
+                next = from.checked_add(1);
+                continue;
+            }
+            // Up to the next sealed partition's range, not into it.
+            let stop = sealed.range(from..).next().copied();
+            let mut ro = ReadOptions::default();
+            if let Some(stop) = stop {
+                ro.set_iterate_upper_bound(partition_prefix(stop).to_vec());
+            }
             let prefix = partition_prefix(from);
             let mut it = self
                 .db
-                .iterator(IteratorMode::From(&prefix, Direction::Forward));
-            let Some(item) = it.next() else { break };
+                .iterator_opt(IteratorMode::From(&prefix, Direction::Forward), ro);
+            let Some(item) = it.next() else {
+                next = stop;
+                continue;
+            };
             let (key, _) = item?;
             let Some((pid, _, _)) = decode_key(&key) else {
                 return Err(Error::Corrupt {
@@ -1188,6 +1303,7 @@ impl Engine {
                 batch.delete_range_cf(&dcf, from.clone(), to.clone());
             }
             batch.delete_range_cf(self.batches_cf()?, from, to);
+            batch.delete_cf(self.late_cf()?, pid.to_be_bytes());
         }
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
@@ -1924,6 +2040,87 @@ mod tests {
         drop(e);
         let e = Engine::open(dir.path()).unwrap();
         assert_eq!(all_rows(&e, vec![1]), want, "after a restart");
+    }
+
+    /// Steps RocksDB's iterators took through memtables on this thread
+    /// while `f` ran (rows covered by a range tombstone are stepped over
+    /// one by one until a flush and compaction drop them).
+    fn memtable_steps(f: impl FnOnce()) -> u64 {
+        use rocksdb::perf::{PerfContext, PerfMetric, PerfStatsLevel, set_perf_stats};
+        set_perf_stats(PerfStatsLevel::EnableCount);
+        let mut ctx = PerfContext::default();
+        ctx.reset();
+        f();
+        let n = ctx.metric(PerfMetric::NextOnMemtableCount);
+        set_perf_stats(PerfStatsLevel::Disable);
+        n
+    }
+
+    #[test]
+    fn reads_of_a_sealed_partition_step_over_its_sealed_rows_only_when_late_rows_are_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        let cols = columns();
+        let rows: Vec<(String, i64, f64)> = (0..2000)
+            .map(|i| (format!("h{}", i % 7), i, i as f64))
+            .collect();
+        let rows: Vec<(&str, i64, f64)> = rows.iter().map(|(h, t, v)| (h.as_str(), *t, *v)).collect();
+        let e = Engine::open(dir.path()).unwrap();
+        e.write(&cols, &[(1, vec![batch(&rows)]), (2, vec![batch(&rows[..10])])])
+            .unwrap();
+        let before = all_rows(&e, vec![1]);
+        assert!(matches!(e.seal(1, &cols).unwrap(), SealOutcome::Sealed { rows: 2000, .. }));
+        // The seal left one range tombstone over 2,000 rows still in the
+        // memtable: reading them would step over each.
+        let mut read = Vec::new();
+        let stepped = memtable_steps(|| {
+            read = all_rows(&e, vec![1]);
+            assert_eq!(e.open_rows(1).unwrap(), 0);
+            assert_eq!(e.stats(1).unwrap().rows, 2000);
+            e.digest(1).unwrap();
+            assert_eq!(e.partition_ids().unwrap(), vec![1, 2]);
+        });
+        assert_eq!(read, before);
+        // (A handful of steps are the other partition's and the logs'.)
+        assert!(
+            stepped < 20,
+            "a sealed partition with no late rows is read from its file alone: {stepped} steps"
+        );
+
+        // A late row is marked with its write, read at once, and its mark
+        // survives a restart.
+        e.write(&cols, &[(1, vec![batch(&[("h0", 0, -1.0)])])]).unwrap();
+        drop(e);
+        let e = Engine::open(dir.path()).unwrap();
+        assert_eq!(e.open_rows(1).unwrap(), 1);
+        let merged = all_rows(&e, vec![1]);
+        assert_eq!(merged.len(), 2000);
+        assert!(merged.contains(&(Some("h0".into()), 0, Some(-1.0))));
+        // A reseal folds it in and clears the mark.
+        assert!(matches!(e.seal(1, &cols).unwrap(), SealOutcome::Resealed { rows: 2000, .. }));
+        let stepped = memtable_steps(|| {
+            assert_eq!(all_rows(&e, vec![1]), merged);
+        });
+        assert!(stepped < 20, "{stepped} steps after the reseal");
+    }
+
+    #[test]
+    fn a_store_made_before_late_row_marks_gets_them_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let cols = columns();
+        {
+            let e = Engine::open(dir.path()).unwrap();
+            e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0)])])]).unwrap();
+            e.seal(1, &cols).unwrap();
+            e.write(&cols, &[(1, vec![batch(&[("b", 2, 2.0)])])]).unwrap();
+            // As an older store would be: no marks, nor the key saying
+            // they are complete.
+            let cf = e.late_cf().unwrap();
+            e.db.delete_cf(cf, 1u64.to_be_bytes()).unwrap();
+            e.db.delete_cf(cf, LATE_MARKS_COMPLETE).unwrap();
+        }
+        let e = Engine::open(dir.path()).unwrap();
+        assert_eq!(e.open_rows(1).unwrap(), 1, "the late row is found again");
+        assert_eq!(all_rows(&e, vec![1]).len(), 2);
     }
 
     #[test]
