@@ -68,7 +68,10 @@ impl RowDigest {
     }
 
     /// The digest of `rows`, stopping at the first error.
-    pub fn of(partition_id: u64, rows: impl IntoIterator<Item = Result<SortedRow>>) -> Result<Self> {
+    pub fn of(
+        partition_id: u64,
+        rows: impl IntoIterator<Item = Result<SortedRow>>,
+    ) -> Result<Self> {
         let mut d = RowDigest::default();
         for row in rows {
             d.add(partition_id, &row?)?;

@@ -549,15 +549,20 @@ mod tests {
         // Pinned: stored rows depend on it, so it must never change.
         assert_eq!(
             series_shard(&encode_series(&[("host", "h0")]).unwrap(), 1 << 20),
-            (twox_hash::XxHash64::oneshot(0x5ea1_10d1_5a4d_0001, &[0, 4, b'h', b'o', b's', b't', 0, 0, 0, 2, b'h', b'0'])
-                % (1 << 20)) as u32
+            (twox_hash::XxHash64::oneshot(
+                0x5ea1_10d1_5a4d_0001,
+                &[0, 4, b'h', b'o', b's', b't', 0, 0, 0, 2, b'h', b'0']
+            ) % (1 << 20)) as u32
         );
         let mut per_shard = [0usize; 4];
         for h in 0..400 {
             let key = encode_series(&[("host", &format!("h{h}"))]).unwrap();
             per_shard[series_shard(&key, 4) as usize] += 1;
         }
-        assert!(per_shard.iter().all(|n| (60..140).contains(n)), "{per_shard:?}");
+        assert!(
+            per_shard.iter().all(|n| (60..140).contains(n)),
+            "{per_shard:?}"
+        );
     }
 
     #[test]

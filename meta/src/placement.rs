@@ -383,7 +383,11 @@ mod tests {
         let total = s.partitions.len() * 3;
         let cap = (LOAD_BOUND * total as f64 / nodes.len() as f64).ceil() as usize;
         for n in &nodes {
-            let held = s.partitions.iter().filter(|p| p.replicas.contains(n)).count();
+            let held = s
+                .partitions
+                .iter()
+                .filter(|p| p.replicas.contains(n))
+                .count();
             assert!(held <= cap, "node {n} holds {held}, over the bound {cap}");
             let led = s.partitions.iter().filter(|p| p.replicas[0] == *n).count();
             assert!(led >= 10, "node {n} leads {led} of 60");
@@ -396,13 +400,28 @@ mod tests {
         s.tables[0].shards = 3;
         let mut cmd = ensure(vec![0, 10]);
         place(&s, &mut cmd, |_| true, 2).unwrap();
-        let keys: Vec<(i64, u32)> = cmd.placements.iter().map(|p| (p.start_ns, p.shard)).collect();
-        assert_eq!(keys, vec![(0, 0), (0, 1), (0, 2), (10, 0), (10, 1), (10, 2)]);
+        let keys: Vec<(i64, u32)> = cmd
+            .placements
+            .iter()
+            .map(|p| (p.start_ns, p.shard))
+            .collect();
+        assert_eq!(
+            keys,
+            vec![(0, 0), (0, 1), (0, 2), (10, 0), (10, 1), (10, 2)]
+        );
         // With two replicas of three nodes the least-leading node is not
         // always among a shard's two, so the spread is close, not exact.
         for id in [1, 2, 3] {
-            let led = cmd.placements.iter().filter(|p| p.replicas[0] == id).count();
-            assert!((1..=3).contains(&led), "node {id} leads {led}: {:?}", cmd.placements);
+            let led = cmd
+                .placements
+                .iter()
+                .filter(|p| p.replicas[0] == id)
+                .count();
+            assert!(
+                (1..=3).contains(&led),
+                "node {id} leads {led}: {:?}",
+                cmd.placements
+            );
         }
     }
 
@@ -440,13 +459,19 @@ mod tests {
             if before.contains(&8) {
                 moved += 1;
                 let kept: Vec<u64> = before.iter().copied().filter(|n| *n != 8).collect();
-                assert!(kept.iter().all(|n| after.contains(n)), "{before:?} -> {after:?}");
+                assert!(
+                    kept.iter().all(|n| after.contains(n)),
+                    "{before:?} -> {after:?}"
+                );
             } else {
                 assert_eq!(before, after, "start {start}");
             }
         }
         // About 3/8 of the keys used node 8.
-        assert!((40..110).contains(&moved), "{moved} of 200 keys held node 8");
+        assert!(
+            (40..110).contains(&moved),
+            "{moved} of 200 keys held node 8"
+        );
     }
 
     #[test]

@@ -285,10 +285,9 @@ impl SystemSchema {
                 Arc::new(arrow::array::UInt32Array::from_iter_values(
                     t.iter().map(|x| x.shards.max(1)),
                 )),
-                Arc::new(arrow::array::UInt32Array::from_iter(
-                    t.iter()
-                        .map(|x| (x.replication_factor > 0).then_some(x.replication_factor)),
-                )),
+                Arc::new(arrow::array::UInt32Array::from_iter(t.iter().map(|x| {
+                    (x.replication_factor > 0).then_some(x.replication_factor)
+                }))),
                 Arc::new(UInt64Array::from_iter_values(t.iter().map(|x| {
                     state
                         .partitions

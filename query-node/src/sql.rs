@@ -10,7 +10,6 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, StringArray};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema};
 use arrow::record_batch::RecordBatch;
-use sealion_common::catalog::{MAX_REPLICATION_FACTOR, MAX_SHARDS};
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionState;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
@@ -27,6 +26,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use sealion_common::catalog::{DEFAULT_DATABASE, find_table, kind_name, type_name};
+use sealion_common::catalog::{MAX_REPLICATION_FACTOR, MAX_SHARDS};
 use sealion_common::proto::meta_command::Cmd;
 use sealion_common::proto::{
     Column, ColumnKind, CreateDatabase, CreateTable, DataType, DropDatabase, DropPartitionsRequest,

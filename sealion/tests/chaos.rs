@@ -459,7 +459,9 @@ async fn run_chaos(mut c: Cluster, seed: u64, seconds: u64) {
         "replicas differ (seed {seed}): {diverged:?}"
     );
     assert!(
-        sealed.iter().all(|o| o == "sealed" || o == "already_sealed"),
+        sealed
+            .iter()
+            .all(|o| o == "sealed" || o == "already_sealed"),
         "the final seal (seed {seed}): {sealed:?}"
     );
     assert!(

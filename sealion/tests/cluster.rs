@@ -317,7 +317,9 @@ async fn a_sharded_table_spreads_each_day_over_shards_and_answers_the_same() {
         let (status, body) = http
             .sql(
                 "public",
-                &format!("CREATE TABLE bad (v DOUBLE, time TIMESTAMP NOT NULL) WITH (shards = {bad})"),
+                &format!(
+                    "CREATE TABLE bad (v DOUBLE, time TIMESTAMP NOT NULL) WITH (shards = {bad})"
+                ),
             )
             .await;
         assert_eq!(status, 400, "shards = {bad}: {body}");
@@ -331,7 +333,9 @@ async fn a_sharded_table_spreads_each_day_over_shards_and_answers_the_same() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = http.write("public", "solo v=1.0 1704067200000000000\n".into()).await;
+    let (status, body) = http
+        .write("public", "solo v=1.0 1704067200000000000\n".into())
+        .await;
     assert_eq!(status, 204, "{body}");
     let solo = http
         .rows(
@@ -397,7 +401,10 @@ async fn a_sharded_table_spreads_each_day_over_shards_and_answers_the_same() {
     let mut total = 0;
     for r in &per_partition {
         assert_eq!(r[1], r[2], "{per_partition:?}");
-        assert!(r[1].as_u64().unwrap() > 0, "an empty shard: {per_partition:?}");
+        assert!(
+            r[1].as_u64().unwrap() > 0,
+            "an empty shard: {per_partition:?}"
+        );
         total += r[1].as_u64().unwrap();
     }
     assert_eq!(total as usize, data.rows().len());
@@ -414,14 +421,18 @@ async fn a_sharded_table_spreads_each_day_over_shards_and_answers_the_same() {
 
     // The newest rows, the last point of every host, and a time-ordered
     // lookup read the shards of a day together.
-    let newest = http
-        .rows("public", "SELECT max(time) FROM cpu")
-        .await;
+    let newest = http.rows("public", "SELECT max(time) FROM cpu").await;
     let top = http
-        .rows("public", "SELECT time, host FROM cpu ORDER BY time DESC, host LIMIT 3")
+        .rows(
+            "public",
+            "SELECT time, host FROM cpu ORDER BY time DESC, host LIMIT 3",
+        )
         .await;
     assert_eq!(top.len(), 3);
-    assert!(top.iter().all(|r| r[0] == newest[0][0]), "{top:?} vs {newest:?}");
+    assert!(
+        top.iter().all(|r| r[0] == newest[0][0]),
+        "{top:?} vs {newest:?}"
+    );
     let last = http
         .rows(
             "public",
@@ -432,7 +443,11 @@ async fn a_sharded_table_spreads_each_day_over_shards_and_answers_the_same() {
     let end_s = DAY0_S + data.days * 86_400 - data.step_s;
     for r in &last {
         let h: usize = r[0].as_str().unwrap()["host_".len()..].parse().unwrap();
-        assert_eq!(r[2].as_f64().unwrap(), Dataset::value(h, end_s) as f64, "{r:?}");
+        assert_eq!(
+            r[2].as_f64().unwrap(),
+            Dataset::value(h, end_s) as f64,
+            "{r:?}"
+        );
     }
     let one = http
         .rows(
@@ -441,10 +456,15 @@ async fn a_sharded_table_spreads_each_day_over_shards_and_answers_the_same() {
         )
         .await;
     let want: i64 = data.rows().iter().filter(|r| r.0 == 5).map(|r| r.2).sum();
-    assert_eq!(one[0][0].as_u64().unwrap() as usize, data.rows().len() / data.hosts);
+    assert_eq!(
+        one[0][0].as_u64().unwrap() as usize,
+        data.rows().len() / data.hosts
+    );
     assert_eq!(one[0][1].as_i64().unwrap(), want);
     // A DELETE and a seal reach every shard.
-    let (status, body) = http.sql("public", "DELETE FROM cpu WHERE host = 'host_5'").await;
+    let (status, body) = http
+        .sql("public", "DELETE FROM cpu WHERE host = 'host_5'")
+        .await;
     assert_eq!(status, 200, "{body}");
     let sealed = admin_seal(&http, "cpu").await;
     assert_eq!(sealed.len(), 6, "{sealed:?}");

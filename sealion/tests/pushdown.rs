@@ -549,7 +549,10 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
             ),
         )
         .await;
-    let (total, empty_newer) = (counts[0][0].as_u64().unwrap(), counts[0][1].as_u64().unwrap());
+    let (total, empty_newer) = (
+        counts[0][0].as_u64().unwrap(),
+        counts[0][1].as_u64().unwrap(),
+    );
     assert!(total >= 4 && empty_newer <= 1, "{counts:?}");
     let q = "SELECT time, host FROM cpu ORDER BY time DESC LIMIT 5";
     let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;

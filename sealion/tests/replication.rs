@@ -133,7 +133,11 @@ async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
     // not bring the old value back.
     let once_t = base_ns() + 3_600_000_000_000;
     let (status, body) = http
-        .write_batch("public", format!("w,k=once v=1i {once_t}\n"), Some("batch-once"))
+        .write_batch(
+            "public",
+            format!("w,k=once v=1i {once_t}\n"),
+            Some("batch-once"),
+        )
         .await;
     assert_eq!(status, 204, "{body}");
     let (status, body) = http
@@ -142,7 +146,11 @@ async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
     assert_eq!(status, 204, "{body}");
     let too_long = "x".repeat(129);
     let (status, body) = http
-        .write_batch("public", format!("w,k=once v=3i {once_t}\n"), Some(&too_long))
+        .write_batch(
+            "public",
+            format!("w,k=once v=3i {once_t}\n"),
+            Some(&too_long),
+        )
         .await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("batch_id"), "{body}");
@@ -168,11 +176,21 @@ async fn acknowledged_writes_survive_node_failures_and_replicas_catch_up() {
     eprintln!("attempts with an unknown outcome while node {victim_id} was down: {unknown}");
     // The retried batch is applied once: the promoted primary knows the id.
     let (status, body) = http
-        .write_batch("public", format!("w,k=once v=1i {once_t}\n"), Some("batch-once"))
+        .write_batch(
+            "public",
+            format!("w,k=once v=1i {once_t}\n"),
+            Some("batch-once"),
+        )
         .await;
     assert_eq!(status, 204, "{body}");
-    let once = http.rows("public", "SELECT v FROM w WHERE k = 'once'").await;
-    assert_eq!(once, vec![vec![serde_json::json!(2)]], "the retry undid a newer write");
+    let once = http
+        .rows("public", "SELECT v FROM w WHERE k = 'once'")
+        .await;
+    assert_eq!(
+        once,
+        vec![vec![serde_json::json!(2)]],
+        "the retry undid a newer write"
+    );
     let (status, body) = http.sql("public", "DELETE FROM w WHERE k = 'once'").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(count_and_sum(&http).await, Some(model(next, &deleted)));
@@ -426,7 +444,10 @@ async fn a_replica_whose_rows_differ_is_refused_at_seal_and_repaired_from_the_pr
     // alone, as if forwarded by the primary (the kind of divergence a bug or
     // a half-applied write would leave).
     let table_id = http
-        .rows("public", "SELECT table_id FROM system.tables WHERE table_name = 'w'")
+        .rows(
+            "public",
+            "SELECT table_id FROM system.tables WHERE table_name = 'w'",
+        )
         .await[0][0]
         .as_u64()
         .unwrap();
@@ -445,7 +466,9 @@ async fn a_replica_whose_rows_differ_is_refused_at_seal_and_repaired_from_the_pr
         first[0][3].as_str().unwrap().to_string(),
         first[0][4].as_u64().unwrap(),
     );
-    let mut client = StorageClient::connect(format!("http://{addr}")).await.unwrap();
+    let mut client = StorageClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
     let deleted = client
         .delete(DeleteRequest {
             table_id,
@@ -524,7 +547,10 @@ async fn a_new_primary_brings_backups_that_hold_an_unacknowledged_write_into_lin
     }
     settled(&c, Duration::from_secs(30)).await;
     let table_id = http
-        .rows("public", "SELECT table_id FROM system.tables WHERE table_name = 'w'")
+        .rows(
+            "public",
+            "SELECT table_id FROM system.tables WHERE table_name = 'w'",
+        )
         .await[0][0]
         .as_u64()
         .unwrap();
@@ -567,7 +593,8 @@ async fn a_new_primary_brings_backups_that_hold_an_unacknowledged_write_into_lin
         sealion_common::catalog::arrow_schema(&columns),
         vec![
             std::sync::Arc::new(
-                TimestampNanosecondArray::from(vec![base_ns() + 7_000_000_000]).with_timezone("UTC"),
+                TimestampNanosecondArray::from(vec![base_ns() + 7_000_000_000])
+                    .with_timezone("UTC"),
             ),
             std::sync::Arc::new(StringArray::from(vec!["unacked"])),
             std::sync::Arc::new(Int64Array::from(vec![1_000_000i64])),
@@ -580,7 +607,9 @@ async fn a_new_primary_brings_backups_that_hold_an_unacknowledged_write_into_lin
         w.write(&rows).unwrap();
         w.finish().unwrap();
     }
-    let mut client = StorageClient::connect(format!("http://{backup_addr}")).await.unwrap();
+    let mut client = StorageClient::connect(format!("http://{backup_addr}"))
+        .await
+        .unwrap();
     let written = client
         .write(WriteRequest {
             table_id,
@@ -637,7 +666,10 @@ async fn a_new_primary_brings_backups_that_hold_an_unacknowledged_write_into_lin
     // The acknowledged rows are all there; the unacknowledged one is there
     // or not, the same on both.
     let (status, b) = http
-        .sql("public", "SELECT count(*), sum(v) FROM w WHERE k <> 'unacked'")
+        .sql(
+            "public",
+            "SELECT count(*), sum(v) FROM w WHERE k <> 'unacked'",
+        )
         .await;
     assert_eq!(status, 200, "{b}");
     assert_eq!(

@@ -457,7 +457,10 @@ async fn retention_refuses_old_rows_and_drops_whole_partitions_from_meta_and_sto
             ),
         )
         .await;
-    assert_eq!(parts[0][0], 2, "one partition per second written: {parts:?}");
+    assert_eq!(
+        parts[0][0], 2,
+        "one partition per second written: {parts:?}"
+    );
     assert!(parts[0][1] == 2 || parts[0][1] == 3, "{parts:?}");
 
     // Seconds later both partitions are past the retention: meta drops them

@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use arrow::record_batch::RecordBatch;
 use prost::Message;
 use rocksdb::{
-    ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, ReadOptions,
-    WriteBatch, WriteOptions,
+    ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
+    WriteOptions,
 };
 use sealion_common::proto::{Column, DeletePredicate, ScanMetrics, ScanRequest};
 
@@ -754,7 +754,10 @@ impl Engine {
     pub fn open_rows(&self, partition_id: u64) -> Result<u64> {
         let (snapshot, sealed) = {
             let _shared = self.swap.read().map_err(|_| poisoned())?;
-            (self.db.snapshot(), self.sealed_file(partition_id)?.is_some())
+            (
+                self.db.snapshot(),
+                self.sealed_file(partition_id)?.is_some(),
+            )
         };
         let mut n = 0;
         for item in self.open_range(&snapshot, partition_id, sealed)? {
@@ -1129,7 +1132,8 @@ impl Engine {
 
     fn incoming_path(&self, partition_id: u64) -> PathBuf {
         // Not a recorded file name: a restart removes a half-received copy.
-        self.sealed_dir.join(format!("incoming-{partition_id:016x}.part"))
+        self.sealed_dir
+            .join(format!("incoming-{partition_id:016x}.part"))
     }
 
     /// Appends a chunk of a sealed file copied from another replica; the
@@ -1493,7 +1497,8 @@ mod tests {
         let d1 = tempfile::tempdir().unwrap();
         let one = Engine::open(d1.path()).unwrap();
         one.write(&cols, &[(1, vec![batch(&rows[..2])])]).unwrap();
-        one.write(&cols, &[(1, vec![batch(&[("c", 9, 9.0)])])]).unwrap();
+        one.write(&cols, &[(1, vec![batch(&[("c", 9, 9.0)])])])
+            .unwrap();
         one.seal(1, &cols).unwrap();
         one.write(&cols, &[(1, vec![batch(&rows[2..])])]).unwrap();
         one.delete(1, &predicate_host("c")).unwrap();
@@ -1511,7 +1516,13 @@ mod tests {
         let before = all_rows(&short, vec![1]);
         let err = short.seal_expecting(1, &cols, expected).unwrap_err();
         assert!(
-            matches!(err, Error::DigestMismatch { partition_id: 1, .. }),
+            matches!(
+                err,
+                Error::DigestMismatch {
+                    partition_id: 1,
+                    ..
+                }
+            ),
             "{err}"
         );
         assert!(short.sealed_file(1).unwrap().is_none(), "no file was kept");
@@ -1535,7 +1546,8 @@ mod tests {
             two.seal_expecting(1, &cols, expected).unwrap(),
             SealOutcome::AlreadySealed
         );
-        two.write(&cols, &[(1, vec![batch(&[("a", 3, 3.5)])])]).unwrap();
+        two.write(&cols, &[(1, vec![batch(&[("a", 3, 3.5)])])])
+            .unwrap();
         two.seal(1, &cols).unwrap();
         assert!(matches!(
             two.seal_expecting(1, &cols, expected),
@@ -1548,21 +1560,34 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = Engine::open(dir.path()).unwrap();
         let cols = columns();
-        e.write_batch(&cols, &[(1, vec![batch(&[("a", 1, 1.0)])]), (2, vec![])], b"b-1", 1_000)
-            .unwrap();
+        e.write_batch(
+            &cols,
+            &[(1, vec![batch(&[("a", 1, 1.0)])]), (2, vec![])],
+            b"b-1",
+            1_000,
+        )
+        .unwrap();
         e.write_batch(&cols, &[(1, vec![batch(&[("a", 2, 2.0)])])], b"b-2", 5_000)
             .unwrap();
-        e.write(&cols, &[(3, vec![batch(&[("a", 3, 3.0)])])]).unwrap();
+        e.write(&cols, &[(3, vec![batch(&[("a", 3, 3.0)])])])
+            .unwrap();
         assert_eq!(e.applied_batch(b"b-1", &[1, 2, 3]).unwrap(), vec![1, 2]);
         assert_eq!(e.applied_batch(b"b-2", &[1, 2, 3]).unwrap(), vec![1]);
         assert!(e.applied_batch(b"b-3", &[1, 2, 3]).unwrap().is_empty());
-        assert!(e.applied_batch(b"", &[3]).unwrap().is_empty(), "no id, no mark");
+        assert!(
+            e.applied_batch(b"", &[3]).unwrap().is_empty(),
+            "no id, no mark"
+        );
         let long = vec![b'x'; MAX_BATCH_ID_BYTES + 1];
         assert!(matches!(
             e.write_batch(&cols, &[(1, vec![batch(&[("z", 9, 9.0)])])], &long, 1),
             Err(Error::Invalid(_))
         ));
-        assert_eq!(all_rows(&e, vec![1]).len(), 2, "a refused write stores nothing");
+        assert_eq!(
+            all_rows(&e, vec![1]).len(),
+            2,
+            "a refused write stores nothing"
+        );
         drop(e);
         let e = Engine::open(dir.path()).unwrap();
         assert_eq!(
@@ -1570,7 +1595,8 @@ mod tests {
             vec![(b"b-1".to_vec(), 1_000), (b"b-2".to_vec(), 5_000)]
         );
         // A replica takes another node's marks; pruning goes by age.
-        e.record_batch_marks(3, &[(b"b-9".to_vec(), 9_000)]).unwrap();
+        e.record_batch_marks(3, &[(b"b-9".to_vec(), 9_000)])
+            .unwrap();
         assert_eq!(e.prune_batch_marks(5_000).unwrap(), 2);
         assert!(e.applied_batch(b"b-1", &[1, 2]).unwrap().is_empty());
         assert_eq!(e.applied_batch(b"b-2", &[1]).unwrap(), vec![1]);
@@ -1587,25 +1613,44 @@ mod tests {
         let d1 = tempfile::tempdir().unwrap();
         let primary = Engine::open(d1.path()).unwrap();
         primary
-            .write(&cols, &[(1, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0), ("c", 3, 3.0)])])])
+            .write(
+                &cols,
+                &[(
+                    1,
+                    vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0), ("c", 3, 3.0)])],
+                )],
+            )
             .unwrap();
         primary.seal(1, &cols).unwrap();
-        let file = primary.clean_sealed_file(1).unwrap().expect("only the file");
+        let file = primary
+            .clean_sealed_file(1)
+            .unwrap()
+            .expect("only the file");
         let bytes = std::fs::read(file.path()).unwrap();
         let crc = crc32c::crc32c(&bytes);
         // Late rows or deletes beside the file: the file alone is no copy.
-        primary.write(&cols, &[(1, vec![batch(&[("d", 4, 4.0)])])]).unwrap();
+        primary
+            .write(&cols, &[(1, vec![batch(&[("d", 4, 4.0)])])])
+            .unwrap();
         assert!(primary.clean_sealed_file(1).unwrap().is_none());
 
         let d2 = tempfile::tempdir().unwrap();
         let replica = Engine::open(d2.path()).unwrap();
-        replica.write(&cols, &[(1, vec![batch(&[("z", 9, 9.0)])])]).unwrap();
-        replica.write(&cols, &[(2, vec![batch(&[("y", 8, 8.0)])])]).unwrap();
-        replica.write_batch(&cols, &[(1, vec![])], b"old", 1).unwrap();
+        replica
+            .write(&cols, &[(1, vec![batch(&[("z", 9, 9.0)])])])
+            .unwrap();
+        replica
+            .write(&cols, &[(2, vec![batch(&[("y", 8, 8.0)])])])
+            .unwrap();
+        replica
+            .write_batch(&cols, &[(1, vec![])], b"old", 1)
+            .unwrap();
         let before = all_rows(&replica, vec![1]);
         let send = |bytes: &[u8]| {
             for (i, chunk) in bytes.chunks(100).enumerate() {
-                replica.receive_sealed_chunk(1, (i * 100) as u64, chunk).unwrap();
+                replica
+                    .receive_sealed_chunk(1, (i * 100) as u64, chunk)
+                    .unwrap();
             }
         };
         // A chunk out of order is refused.
@@ -1618,23 +1663,47 @@ mod tests {
         let mut damaged = bytes.clone();
         damaged[bytes.len() / 2] ^= 0x40;
         send(&damaged);
-        let err = replica.install_sealed(1, bytes.len() as u64, crc).unwrap_err();
-        assert!(matches!(err, Error::Corrupt { partition_id: 1, .. }), "{err}");
+        let err = replica
+            .install_sealed(1, bytes.len() as u64, crc)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Corrupt {
+                    partition_id: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         send(&bytes);
-        assert!(replica.install_sealed(1, bytes.len() as u64 + 1, crc).is_err());
+        assert!(
+            replica
+                .install_sealed(1, bytes.len() as u64 + 1, crc)
+                .is_err()
+        );
         assert_eq!(all_rows(&replica, vec![1]), before);
         assert!(replica.sealed_file(1).unwrap().is_none());
         // The file as sent: it replaces the open rows and batch marks of
         // partition 1, and nothing of partition 2.
         send(&bytes);
-        assert_eq!(replica.install_sealed(1, bytes.len() as u64, crc).unwrap(), 3);
+        assert_eq!(
+            replica.install_sealed(1, bytes.len() as u64, crc).unwrap(),
+            3
+        );
         let copied = all_rows(&replica, vec![1]);
         assert_eq!(copied.len(), 3);
         assert_eq!(replica.digest(1).unwrap(), {
             let d3 = tempfile::tempdir().unwrap();
             let model = Engine::open(d3.path()).unwrap();
             model
-                .write(&cols, &[(1, vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0), ("c", 3, 3.0)])])])
+                .write(
+                    &cols,
+                    &[(
+                        1,
+                        vec![batch(&[("a", 1, 1.0), ("b", 2, 2.0), ("c", 3, 3.0)])],
+                    )],
+                )
                 .unwrap();
             model.digest(1).unwrap()
         });
@@ -1644,7 +1713,9 @@ mod tests {
         let replica = Engine::open(d2.path()).unwrap();
         assert_eq!(all_rows(&replica, vec![1]), copied);
         assert_eq!(
-            std::fs::read_dir(d2.path().join(SEALED_DIR)).unwrap().count(),
+            std::fs::read_dir(d2.path().join(SEALED_DIR))
+                .unwrap()
+                .count(),
             1,
             "no incoming file is left behind"
         );
@@ -2063,12 +2134,19 @@ mod tests {
         let rows: Vec<(String, i64, f64)> = (0..2000)
             .map(|i| (format!("h{}", i % 7), i, i as f64))
             .collect();
-        let rows: Vec<(&str, i64, f64)> = rows.iter().map(|(h, t, v)| (h.as_str(), *t, *v)).collect();
+        let rows: Vec<(&str, i64, f64)> =
+            rows.iter().map(|(h, t, v)| (h.as_str(), *t, *v)).collect();
         let e = Engine::open(dir.path()).unwrap();
-        e.write(&cols, &[(1, vec![batch(&rows)]), (2, vec![batch(&rows[..10])])])
-            .unwrap();
+        e.write(
+            &cols,
+            &[(1, vec![batch(&rows)]), (2, vec![batch(&rows[..10])])],
+        )
+        .unwrap();
         let before = all_rows(&e, vec![1]);
-        assert!(matches!(e.seal(1, &cols).unwrap(), SealOutcome::Sealed { rows: 2000, .. }));
+        assert!(matches!(
+            e.seal(1, &cols).unwrap(),
+            SealOutcome::Sealed { rows: 2000, .. }
+        ));
         // The seal left one range tombstone over 2,000 rows still in the
         // memtable: reading them would step over each.
         let mut read = Vec::new();
@@ -2088,7 +2166,8 @@ mod tests {
 
         // A late row is marked with its write, read at once, and its mark
         // survives a restart.
-        e.write(&cols, &[(1, vec![batch(&[("h0", 0, -1.0)])])]).unwrap();
+        e.write(&cols, &[(1, vec![batch(&[("h0", 0, -1.0)])])])
+            .unwrap();
         drop(e);
         let e = Engine::open(dir.path()).unwrap();
         assert_eq!(e.open_rows(1).unwrap(), 1);
@@ -2096,7 +2175,10 @@ mod tests {
         assert_eq!(merged.len(), 2000);
         assert!(merged.contains(&(Some("h0".into()), 0, Some(-1.0))));
         // A reseal folds it in and clears the mark.
-        assert!(matches!(e.seal(1, &cols).unwrap(), SealOutcome::Resealed { rows: 2000, .. }));
+        assert!(matches!(
+            e.seal(1, &cols).unwrap(),
+            SealOutcome::Resealed { rows: 2000, .. }
+        ));
         let stepped = memtable_steps(|| {
             assert_eq!(all_rows(&e, vec![1]), merged);
         });
@@ -2109,9 +2191,11 @@ mod tests {
         let cols = columns();
         {
             let e = Engine::open(dir.path()).unwrap();
-            e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0)])])]).unwrap();
+            e.write(&cols, &[(1, vec![batch(&[("a", 1, 1.0)])])])
+                .unwrap();
             e.seal(1, &cols).unwrap();
-            e.write(&cols, &[(1, vec![batch(&[("b", 2, 2.0)])])]).unwrap();
+            e.write(&cols, &[(1, vec![batch(&[("b", 2, 2.0)])])])
+                .unwrap();
             // As an older store would be: no marks, nor the key saying
             // they are complete.
             let cf = e.late_cf().unwrap();

@@ -25,7 +25,9 @@ pub enum Error {
     #[error("{0}")]
     Unavailable(String),
     /// A replica's rows differ from its primary's: its copy is not used.
-    #[error("partition {partition_id} differs from its primary: expected {expected}, found {found}")]
+    #[error(
+        "partition {partition_id} differs from its primary: expected {expected}, found {found}"
+    )]
     DigestMismatch {
         partition_id: u64,
         expected: String,

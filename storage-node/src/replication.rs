@@ -32,8 +32,8 @@ use arrow::record_batch::RecordBatch;
 use sealion_common::proto::meta_command::Cmd;
 use sealion_common::proto::storage_client::StorageClient;
 use sealion_common::proto::{
-    BatchMark, ClusterState, Column, DeleteRequest, InstallRequest, Partition, ReplicaChange, ResyncRequest,
-    ScanRequest, SealCheck, SealRequest, SealResult, UpdateReplicas, WriteRequest,
+    BatchMark, ClusterState, Column, DeleteRequest, InstallRequest, Partition, ReplicaChange,
+    ResyncRequest, ScanRequest, SealCheck, SealRequest, SealResult, UpdateReplicas, WriteRequest,
 };
 use sealion_format::digest::RowDigest;
 use tonic::transport::Channel;
@@ -406,8 +406,7 @@ async fn settle(ctx: &NodeContext, state: &ClusterState, ids: &[u64]) -> Result<
         .iter()
         .copied()
         .filter(|pid| {
-            partition(state, *pid)
-                .is_some_and(|p| ctx.locks.settled_at(p.id) != Some(p.epoch))
+            partition(state, *pid).is_some_and(|p| ctx.locks.settled_at(p.id) != Some(p.epoch))
         })
         .collect();
     let mut changed = false;
@@ -635,7 +634,9 @@ pub async fn seal_as_backup(ctx: &NodeContext, checks: &[SealCheck]) -> Result<V
         let columns = partition(&state, pid)
             .and_then(|p| sealion_common::catalog::table_by_id(&state, p.table_id))
             .map(|t| t.columns.clone())
-            .ok_or_else(|| Error::Invalid(format!("table of partition {pid} is not in the catalog")))?;
+            .ok_or_else(|| {
+                Error::Invalid(format!("table of partition {pid} is not in the catalog"))
+            })?;
         let engine = ctx.engine.clone();
         let seal = c.seal;
         let outcome = tokio::task::spawn_blocking(move || -> Result<Option<SealOutcome>> {
@@ -665,7 +666,12 @@ pub async fn seal_as_backup(ctx: &NodeContext, checks: &[SealCheck]) -> Result<V
             Some(o) => o.summary(),
             None => ("checked", expected.rows, 0),
         };
-        tracing::info!(partition_id = pid, outcome = name, rows, "copy matches the primary's");
+        tracing::info!(
+            partition_id = pid,
+            outcome = name,
+            rows,
+            "copy matches the primary's"
+        );
         results.push(SealResult {
             partition_id: pid,
             outcome: name.to_string(),
@@ -1049,7 +1055,11 @@ async fn install_file(ctx: &Arc<NodeContext>, req: InstallRequest) -> Result<()>
     .map_err(|e| Error::Internal(format!("install task failed: {e}")))??;
     if let Some(rows) = rows {
         ctx.forget_published(pid);
-        tracing::info!(partition_id = pid, rows, "installed a sealed file copied from the primary");
+        tracing::info!(
+            partition_id = pid,
+            rows,
+            "installed a sealed file copied from the primary"
+        );
     }
     Ok(())
 }

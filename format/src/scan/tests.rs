@@ -1005,6 +1005,36 @@ fn newest_first_stops_once_the_limit_is_certain() {
     assert_eq!(m.row_groups_skipped, 99, "{m:?}");
 }
 
+/// Groups that hold many series and many pages: the newest rows of one
+/// series decode the pages that hold them, not the group.
+#[test]
+fn newest_first_decodes_only_the_pages_of_the_newest_rows() {
+    let rows = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    // 2,000 rows a group (ten hosts), 20 rows a page: a host's 200 rows
+    // are ten pages of each column.
+    let file = seal(dir.path(), &rows, 2000, 20);
+    for (desc, limit) in [(true, 5), (false, 5), (true, 30)] {
+        let r = Req {
+            start: i64::MIN,
+            end: i64::MAX,
+            tags: vec![TagP::Eq("host", "host_13".into())],
+            field: None,
+            columns: vec![true; 5],
+            want: Want::Ordered { desc, limit },
+        };
+        let (sealed, m) = run_sealed(&to_proto(&r), &file);
+        assert_eq!(answer_of(&r, &sealed), model_answer(&r, &model_rows(&rows)));
+        // Per column (time, usage, count): the pages of `limit` rows at one
+        // end of the host's history. The whole group would be 100 each.
+        let pages_per_column = limit.div_ceil(20) + 1;
+        assert!(
+            m.pages_decoded <= 3 * pages_per_column,
+            "desc={desc} limit={limit}: {m:?}"
+        );
+    }
+}
+
 #[test]
 fn requests_the_node_cannot_answer_are_refused_with_a_reason() {
     let mut bad = plain_req();

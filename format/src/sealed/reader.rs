@@ -779,6 +779,22 @@ impl OutBatch {
     }
 }
 
+/// Value `i` of a field page as the row format takes it; None when null
+/// (or timestamp-typed, which the row format cannot hold).
+fn field_ref(page: &Page, i: usize) -> Option<FieldRef<'_>> {
+    if page.is_null(i) {
+        return None;
+    }
+    Some(match &page.values {
+        ColumnValues::Float64(v) => FieldRef::F64(v[i]),
+        ColumnValues::Int64(v) => FieldRef::I64(v[i]),
+        ColumnValues::UInt64(v) => FieldRef::U64(v[i]),
+        ColumnValues::Bool(v) => FieldRef::Bool(v[i]),
+        ColumnValues::Text(v) => FieldRef::Str(&v[i]),
+        ColumnValues::Timestamp(_) => return None,
+    })
+}
+
 /// A row group decoded for `rows()`: times and every field column.
 struct GroupRows {
     first_row: u64,
@@ -865,20 +881,9 @@ impl Iterator for RowsIter<'_> {
         let mut value = Vec::new();
         value::start_value(&mut value);
         for (c, page) in &d.fields {
-            if page.is_null(i) {
-                continue;
+            if let Some(v) = field_ref(page, i) {
+                value::put_field(&mut value, &self.file.specs[*c].name, v);
             }
-            let name = &self.file.specs[*c].name;
-            let v = match &page.values {
-                ColumnValues::Float64(v) => FieldRef::F64(v[i]),
-                ColumnValues::Int64(v) => FieldRef::I64(v[i]),
-                ColumnValues::UInt64(v) => FieldRef::U64(v[i]),
-                ColumnValues::Bool(v) => FieldRef::Bool(v[i]),
-                ColumnValues::Text(v) => FieldRef::Str(&v[i]),
-                // A timestamp-typed field cannot hold a value in the row format.
-                ColumnValues::Timestamp(_) => continue,
-            };
-            value::put_field(&mut value, name, v);
         }
         let out = SortedRow {
             series: s.key.clone(),

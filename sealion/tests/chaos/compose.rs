@@ -8,9 +8,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::common::{
-    Http, eventually, free_base_port, meta_leader, meta_voters, storage_nodes_up,
-};
+use crate::common::{Http, eventually, free_base_port, meta_leader, meta_voters, storage_nodes_up};
 
 pub struct Compose {
     project: String,
@@ -188,7 +186,9 @@ impl Compose {
         for s in self.cut.clone() {
             self.reconnect(&s);
         }
-        for s in ["meta1", "meta2", "meta3", "storage1", "storage2", "storage3"] {
+        for s in [
+            "meta1", "meta2", "meta3", "storage1", "storage2", "storage3",
+        ] {
             let id = self.container(s);
             let state = docker(&["inspect", "-f", "{{.State.Status}}", &id]).unwrap_or_default();
             match state.as_str() {

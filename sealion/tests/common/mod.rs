@@ -456,7 +456,10 @@ pub async fn wait_healthy(http: &Http, p: &mut Proc) {
 pub async fn storage_nodes_up(http: &Http, n: usize, within: Duration) {
     eventually(&format!("{n} storage nodes up"), within, || async {
         let (s, b) = http
-            .sql("public", "SELECT count(*) FROM system.nodes WHERE state = 'up'")
+            .sql(
+                "public",
+                "SELECT count(*) FROM system.nodes WHERE state = 'up'",
+            )
             .await;
         (s == 200 && b["rows"][0][0] == n).then_some(())
     })

@@ -16,10 +16,13 @@
 //!   row is in range and passes the filter; otherwise it reads the series'
 //!   row groups newest first and stops at the first group with a match.
 //! - Time-ordered mode visits row groups newest (or oldest) first and stops
-//!   once no remaining group can hold a row that beats the kept ones.
+//!   once no remaining group can hold a row that beats the kept ones; in a
+//!   group it decodes only the newest (oldest) `limit` matching rows of each
+//!   series, since no other row of the series can be in the answer.
 
 use sealion_partial::{AggregateKind, State, SumOf, Value as PValue};
 
+use super::value::ChunkRole;
 use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
 use crate::columnar::{ColumnValues, Page, StatValue, Sum};
 use crate::rows::{ColumnBuilder, Value, decode_fields, decode_series};
@@ -785,8 +788,15 @@ impl SealedFile {
         } else {
             order.sort_by_key(|&g| self.groups[g].min_time_ns);
         }
+        let limit = usize::try_from(q.limit).unwrap_or(usize::MAX);
+        let fields: Vec<usize> = (0..self.specs.len())
+            .filter(|&c| self.specs[c].role == ChunkRole::Field)
+            .collect();
         let mut touched = 0;
         for g in order {
+            if out.done() {
+                break;
+            }
             let group = &self.groups[g];
             if let Some((_, cut)) = out.ordered_cutoff() {
                 // Groups come in the order of their best time: once one
@@ -795,14 +805,74 @@ impl SealedFile {
                     break;
                 }
             }
-            if !self.group_may_match(g, q, ctxs) {
+            let Some((ranges, mut dec)) = self.matching(out, g, ctxs)? else {
                 continue;
-            }
+            };
             touched += 1;
-            let rows = self.rows_of_groups(vec![g]);
-            crate::scan::scan_rows(out, self.partition_id, rows)?;
+            // Every row of a range passed the filters, and a range's times
+            // ascend: only its newest (oldest) `limit` rows can be among the
+            // answer. Only their pages are decoded.
+            let picked: Ranges = ranges
+                .iter()
+                .map(|&(a, b, s)| {
+                    if desc {
+                        (a.max(b.saturating_sub(limit)), b, s)
+                    } else {
+                        (a, b.min(a.saturating_add(limit)), s)
+                    }
+                })
+                .collect();
+            self.ensure(g, self.time_chunk, &picked, &mut dec)?;
+            for &c in &fields {
+                self.ensure(g, c, &picked, &mut dec)?;
+            }
+            for &(a, b, s) in &picked {
+                let rows: Box<dyn Iterator<Item = usize>> = if desc {
+                    Box::new((a..b).rev())
+                } else {
+                    Box::new(a..b)
+                };
+                for row in rows {
+                    let t = self.time_at(g, &dec, row)?;
+                    if let Some((_, cut)) = out.ordered_cutoff()
+                        && ((desc && t < cut) || (!desc && t > cut))
+                    {
+                        // Later rows of this range are further still.
+                        break;
+                    }
+                    let value = self.row_value(g, &dec, &fields, row)?;
+                    out.push_row(
+                        self.partition_id,
+                        &self.series[s].key,
+                        &ctxs[s],
+                        t,
+                        &value,
+                        None,
+                    )?;
+                }
+            }
         }
         Ok(touched)
+    }
+
+    /// Group-local `row` in the row format's value encoding, from the
+    /// decoded pages of the field chunks `fields`.
+    fn row_value(&self, g: usize, dec: &Decoded, fields: &[usize], row: usize) -> Result<Vec<u8>> {
+        let mut value = Vec::new();
+        super::value::start_value(&mut value);
+        for &c in fields {
+            let infos = &self.groups[g].chunks[c];
+            let p = infos.partition_point(|i| (i.first_row + i.rows) as usize <= row);
+            let page = dec.chunks[c]
+                .as_ref()
+                .and_then(|d| d.get(p))
+                .and_then(|p| p.as_ref())
+                .ok_or_else(|| Error::Internal("field page was not decoded".into()))?;
+            if let Some(v) = super::field_ref(page, row - infos[p].first_row as usize) {
+                super::value::put_field(&mut value, &self.specs[c].name, v);
+            }
+        }
+        Ok(value)
     }
 }
 
