@@ -50,7 +50,10 @@ fn node_scan(
 }
 
 fn bytes_of(batches: &[RecordBatch]) -> usize {
-    batches.iter().map(RecordBatch::get_array_memory_size).sum()
+    batches
+        .iter()
+        .map(|b| sealion_format::batch_bytes(b) as usize)
+        .sum()
 }
 
 fn time_runs<T>(

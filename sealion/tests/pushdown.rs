@@ -474,17 +474,27 @@ async fn check_time_ordered(http: &Http, ctx: &SessionContext, stage: &str) {
     }
 }
 
-/// The `name=value` metric of an EXPLAIN ANALYZE text.
+/// The `name=value` metric of an EXPLAIN ANALYZE text (DataFusion prints
+/// large counts as `1.70 K` or `2.26 M`: those are read to three digits).
 fn metric(plan: &str, name: &str) -> u64 {
     let at = plan
         .find(&format!("{name}="))
         .unwrap_or_else(|| panic!("no {name} in\n{plan}"));
-    plan[at + name.len() + 1..]
+    let rest = &plan[at + name.len() + 1..];
+    let number: String = rest
         .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect::<String>()
-        .parse()
-        .unwrap()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let scale = match rest[number.len()..]
+        .strip_prefix(' ')
+        .and_then(|r| r.chars().next())
+    {
+        Some('K') => 1e3,
+        Some('M') => 1e6,
+        Some('B') => 1e9,
+        _ => 1.0,
+    };
+    (number.parse::<f64>().unwrap() * scale).round() as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -574,6 +584,21 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;
     assert_eq!(metric(&plan, "pages_decoded"), 0, "{plan}");
     assert_eq!(metric(&plan, "rows_shipped"), HOSTS as u64, "{plan}");
+    // Bytes shipped are the rows' values (host, time, usage: a few dozen
+    // bytes each), not the capacity the node's builders reserved.
+    let bytes = metric(&plan, "bytes_shipped");
+    assert!(bytes > 0 && bytes <= 100 * HOSTS as u64, "{plan}");
+    // A pushed aggregate ships one state per group, whatever the rows.
+    let q = "SELECT host, count(*), max(usage) FROM cpu GROUP BY host";
+    let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;
+    // (Printed to three digits.)
+    let scanned = metric(&plan, "rows_scanned");
+    assert!(scanned * 100 >= rows.len() as u64 * 99, "{plan}");
+    assert!(metric(&plan, "rows_shipped") <= HOSTS as u64, "{plan}");
+    assert!(
+        metric(&plan, "bytes_shipped") <= 200 * HOSTS as u64,
+        "{plan}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

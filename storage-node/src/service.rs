@@ -586,7 +586,7 @@ impl FlightService for FlightScanService {
             let mut bytes = 0u64;
             let handle = tokio::runtime::Handle::current();
             let result = engine.scan_until(&scan, &|| tx.is_closed(), |batch| {
-                bytes += batch.get_array_memory_size() as u64;
+                bytes += sealion_format::batch_bytes(&batch);
                 // A reader that stops reading for this long loses its scan
                 // (and this thread and the snapshot it holds are freed).
                 handle
