@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 ORDER = ["sealion", "sealion-pg", "postgres-plain", "postgres-part", "duckdb", "chdb", "datafusion"]
-INGEST_ORDER = ["sealion", "postgres", "victoriametrics", "influxdb"]
+INGEST_ORDER = ["sealion", "sealion-pg", "sealion-cluster-rf1", "sealion-cluster-rf3", "postgres", "victoriametrics",
+                "influxdb"]
 
 
 def _ms(t: dict | None) -> str:
@@ -342,10 +343,14 @@ def markdown(r: dict, pngs: list[str]) -> str:
                  "one COPY each), batch i sent by client i mod N, each client one keep-alive connection; each run "
                  f"into a new table; one warm-up run, then {st['ingest_runs']} runs. Rows/s over the run's wall "
                  "time: median (min–max). Sealion, VictoriaMetrics and InfluxDB get line protocol over HTTP "
-                 "(`precision=s`); PostgreSQL gets `COPY ... FROM STDIN (FORMAT csv)` of the same rows into a table "
+                 "(`precision=s`); `sealion-pg` is the same `sealion standalone` process given one multi-row "
+                 "`INSERT ... VALUES` per batch over its PostgreSQL port; `sealion-cluster-rfN` is `sealion cluster` "
+                 "(1 meta, 3 storage, 1 query process on these same cores) at replication factor N, every write "
+                 "synced on each replica before it is acknowledged; PostgreSQL gets `COPY ... FROM STDIN (FORMAT csv)` of the same rows into a table "
                  "with the B-tree on (hostname, time), synchronous_commit on. The client (this Python process, one "
                  "thread per client) runs on the same cores as the server it writes to.\n")
-        names = [n for n in INGEST_ORDER if n in ing.get("stats", {})]
+        names = [n for n in INGEST_ORDER if n in ing.get("stats", {})] + [
+            n for n in ing.get("stats", {}) if n not in INGEST_ORDER]
         cl = st["ingest_clients"]
         L.append("| system | " + " | ".join(f"{c} client{'s' if c > 1 else ''}" for c in cl) + " |")
         L.append("|---|" + "---|" * len(cl))

@@ -42,7 +42,8 @@ sys.path.insert(0, str(HERE))
 PIP = {"duckdb": "duckdb", "chdb": "chdb", "datafusion": "datafusion", "pyarrow": "pyarrow",
        "matplotlib": "matplotlib", "psycopg": "psycopg[binary]", "numpy": "numpy"}
 QUERY_SYSTEMS = ["sealion", "sealion-pg", "postgres-plain", "postgres-part", "duckdb", "chdb", "datafusion"]
-INGEST_SYSTEMS = ["sealion", "postgres", "victoriametrics", "influxdb"]
+INGEST_SYSTEMS = ["sealion", "sealion-pg", "sealion-cluster-rf1", "sealion-cluster-rf3", "postgres",
+                  "victoriametrics", "influxdb"]
 
 
 def log(msg: str) -> None:
@@ -203,7 +204,7 @@ def main() -> int:
     ap.add_argument("--systems", default=",".join(QUERY_SYSTEMS), help="query systems, comma-separated")
     ap.add_argument("--ingest-systems", default=",".join(INGEST_SYSTEMS),
                     help="ingest systems, comma-separated ('' for no ingest)")
-    ap.add_argument("--ingest-clients", default="1,2,4")
+    ap.add_argument("--ingest-clients", default="1,2,4,8,16")
     ap.add_argument("--ingest-rows", type=int, default=None,
                     help="rows per ingest run (default: 100,000 quick, 1,000,000 full)")
     ap.add_argument("--ingest-runs", type=int, default=5)
@@ -413,8 +414,10 @@ def main() -> int:
 
 
 def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, result) -> dict:
-    """Batches of ``--batch-rows`` rows from 1, 2, 4 clients: line protocol
-    into Sealion, VictoriaMetrics and InfluxDB, COPY into PostgreSQL. Each
+    """Batches of ``--batch-rows`` rows from each client count: line
+    protocol into Sealion (standalone, and a local cluster of 3 storage
+    nodes at replication factor 1 and 3), VictoriaMetrics and InfluxDB;
+    multi-row INSERT over pgwire into Sealion; COPY into PostgreSQL. Each
     run writes into a new table (measurement) so no run appends to another's;
     a warm-up run first. Rows/s is rows over the wall time of the run."""
     import gen
@@ -431,6 +434,25 @@ def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, 
                     s = sysmod.Sealion(a.sealion, work, a.sealion_arg)
                     s.start()
                     running.append(s)
+                targets[name] = ("lp", s.ingest_target())
+            elif name == "sealion-pg":
+                s = qsys.get("sealion") or next((x for x in running if getattr(x, "name", "") == "sealion"), None)
+                if s is None:
+                    s = sysmod.Sealion(a.sealion, work, a.sealion_arg)
+                    s.start()
+                    running.append(s)
+                targets[name] = ("copy", sysmod.SealionPgIngest(s))
+                out["versions"][name] = "the `sealion` process: multi-row INSERT over pgwire (psycopg)"
+            elif name.startswith("sealion-cluster-rf"):
+                s = sysmod.SealionCluster(a.sealion, work, int(name.removeprefix("sealion-cluster-rf")))
+                running.append(s)
+                s.start()
+                out["versions"][name] = s.version()
+                # The whole data set once, for bytes on disk (every replica).
+                secs, total = s.ingest_target().send_iter(gen.iter_lp_batches(data / "cpu.lp", a.batch_rows),
+                                                          a.load_clients)
+                out["load"][name] = {"rows": total, "load_s": secs, "rows_per_s": total / secs}
+                out["disk"][name] = s.disk()
                 targets[name] = ("lp", s.ingest_target())
             elif name == "postgres":
                 if cluster is None:

@@ -31,6 +31,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -336,6 +337,134 @@ class SealionPg:
             pass
 
 
+class SealionCluster:
+    """``sealion cluster``: one meta, three storage and one query process on
+    loopback, each with its own data dir, every new partition on ``rf``
+    storage nodes. Ingest only (line protocol to the query node)."""
+
+    def __init__(self, binary: Path, work: Path, rf: int):
+        self.binary, self.rf = binary, rf
+        self.name = f"sealion-cluster-rf{rf}"
+        self.dir = work / self.name
+        self.proc: subprocess.Popen | None = None
+
+    def _base_port(self) -> int:
+        # Meta N listens on base+N, storage node N on base+100+N.
+        import random
+        for _ in range(100):
+            base = random.randrange(20_000, 60_000, 200)
+            ports = [base + 1] + [base + 100 + n for n in (1, 2, 3)]
+            ok = True
+            for port in ports:
+                with socket.socket() as sk:
+                    try:
+                        sk.bind(("127.0.0.1", port))
+                    except OSError:
+                        ok = False
+            if ok:
+                return base
+        raise RuntimeError("no free port range for the cluster")
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.http_port, self.pg_port = free_port(), free_port()
+        self.log = self.dir / "cluster.log"
+        self.cmd = [str(self.binary), "cluster", "--meta", "1", "--storage", "3", "--query", "1",
+                    "--replication-factor", str(self.rf), "--data-dir", str(self.dir / "data"),
+                    "--base-port", str(self._base_port()), "--http-port", str(self.http_port),
+                    "--pg-port", str(self.pg_port)]
+        self.proc = subprocess.Popen(self.cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        wait_http("127.0.0.1", self.http_port, "/health", 300, self.proc, self.log)
+        # Writes need every storage node registered (placement uses them all).
+        deadline = time.time() + 120
+        while True:
+            c = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=30)
+            try:
+                c.request("POST", "/api/v1/sql?db=public&format=json",
+                          body=b"SELECT count(*) FROM system.nodes WHERE role = 'storage' AND state = 'up'")
+                r = c.getresponse()
+                body = r.read()
+                if r.status == 200 and json.loads(body)["rows"][0][0] >= 3:
+                    return
+            except (OSError, ValueError, KeyError, IndexError):
+                pass
+            finally:
+                c.close()
+            if time.time() > deadline:
+                raise RuntimeError(f"{self.name}: three storage nodes not up after 120 s (log {self.log})")
+            time.sleep(0.5)
+
+    def ingest_target(self):
+        return LineProtocolWriter(self.http_port, "/api/v1/write?db=public&precision=s")
+
+    def disk(self) -> dict:
+        return {"data_dir_bytes": du(self.dir / "data")}
+
+    def version(self) -> str:
+        return Sealion.version(self) + f" (cluster: 1 meta, 3 storage, 1 query; replication factor {self.rf})"
+
+    def stop(self) -> None:
+        # SIGTERM to `sealion cluster`, which stops its processes; then the
+        # whole process group, for any it left behind.
+        stop_proc(self.proc, timeout=60)
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+class SealionPgIngest:
+    """Batched multi-row ``INSERT ... VALUES`` over Sealion's PostgreSQL wire
+    port (psycopg), into a table created first with the cpu schema; one
+    connection per client, batch i on client i % clients, each statement
+    its own transaction. The statements are built before the clock starts."""
+
+    def __init__(self, sealion: "Sealion"):
+        self.sealion = sealion
+
+    @staticmethod
+    def statements(table: str, csv_batches: list[bytes]) -> list[str]:
+        header = CPU_CSV_HEADER
+        out = []
+        for b in csv_batches:
+            rows = []
+            for line in b.decode().splitlines():
+                v = line.split(",")
+                tags = ", ".join("'" + x.replace("'", "''") + "'" for x in v[1:11])
+                fields = ", ".join(v[11:])
+                rows.append(f"('{v[0]}', {tags}, {fields})")
+            out.append(f"INSERT INTO {table} ({header}) VALUES " + ", ".join(rows))
+        return out
+
+    def send(self, table: str, batches: list[bytes], clients: int) -> float:
+        import psycopg
+        # The process also takes the line protocol runs, into `table`.
+        table = "pg_" + table
+        connect = lambda: psycopg.connect(host="127.0.0.1", port=self.sealion.pg_port, user="sealion",
+                                          dbname="public", autocommit=True)
+        with connect() as c:
+            c.execute(f"CREATE TABLE {table} ({CPU_COLUMNS_SEALION})")
+        stmts = self.statements(table, batches)
+        conns = [connect() for _ in range(clients)]
+
+        def worker(k: int) -> None:
+            cur = conns[k].cursor()
+            for i in range(k, len(stmts), clients):
+                cur.execute(stmts[i])
+
+        try:
+            t = time.perf_counter()
+            with cf.ThreadPoolExecutor(clients) as ex:
+                for f in [ex.submit(worker, k) for k in range(clients)]:
+                    f.result()
+            return time.perf_counter() - t
+        finally:
+            for c in conns:
+                c.close()
+
+
 # --------------------------------------------------------------------------
 class PostgresCluster:
     """One PostgreSQL 15 cluster in the temp dir, run as user ``postgres``
@@ -394,6 +523,9 @@ class PostgresCluster:
             self.proc_started = False
 
 
+CPU_CSV_HEADER = ", ".join(["time", *TAGS, *FIELDS])
+CPU_COLUMNS_SEALION = ("time TIMESTAMP NOT NULL, " + ", ".join(f"{t} TEXT" for t in TAGS) + ", "
+                       + ", ".join(f"{f} DOUBLE" for f in FIELDS) + ", PRIMARY KEY (" + ", ".join(TAGS) + ", time)")
 CPU_COLUMNS_PG = ("time timestamptz NOT NULL, " + ", ".join(f"{t} text NOT NULL" for t in TAGS) + ", "
                   + ", ".join(f"{f} double precision" for f in FIELDS))
 
