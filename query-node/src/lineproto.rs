@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
-    TimestampNanosecondBuilder, UInt64Builder,
+    ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray, TimestampNanosecondBuilder,
+    UInt64Array,
 };
 use arrow::record_batch::RecordBatch;
-use influxdb_line_protocol::{FieldValue, parse_lines, split_lines};
+use influxdb_line_protocol::{EscapedStr, FieldValue, parse_lines, split_lines};
 use sealion_common::catalog::{TIME_COLUMN, TIME_ZONE, arrow_field, find_table, type_name};
 use sealion_common::proto::meta_command::Cmd;
 use sealion_common::proto::{AddColumns, Column, ColumnKind, DataType, Table};
@@ -69,16 +69,17 @@ pub struct WriteOutcome {
     pub rejected: Vec<LineError>,
 }
 
+/// A field value, text borrowed from the body where it was not escaped.
 #[derive(Debug, Clone, PartialEq)]
-enum Value {
+enum Value<'a> {
     F64(f64),
     I64(i64),
     U64(u64),
-    Str(String),
+    Str(EscapedStr<'a>),
     Bool(bool),
 }
 
-impl Value {
+impl Value<'_> {
     fn data_type(&self) -> DataType {
         match self {
             Value::F64(_) => DataType::Float64,
@@ -90,21 +91,23 @@ impl Value {
     }
 }
 
-struct Row {
+/// One line's row; names and text borrow from the body (no copy per line
+/// unless the line escapes them).
+struct Row<'a> {
     line: usize,
-    tags: Vec<(String, String)>,
-    fields: Vec<(String, Value)>,
+    tags: Vec<(EscapedStr<'a>, EscapedStr<'a>)>,
+    fields: Vec<(EscapedStr<'a>, Value<'a>)>,
     time_ns: i64,
 }
 
 /// Parses `body` into rows per table; bad lines go to `rejected`.
-fn parse_body(
-    body: &str,
+fn parse_body<'a>(
+    body: &'a str,
     precision: Precision,
     now_ns: i64,
     rejected: &mut Vec<LineError>,
-) -> BTreeMap<String, Vec<Row>> {
-    let mut tables: BTreeMap<String, Vec<Row>> = BTreeMap::new();
+) -> BTreeMap<String, Vec<Row<'a>>> {
+    let mut tables: BTreeMap<String, Vec<Row<'a>>> = BTreeMap::new();
     let base = body.as_ptr() as usize;
     // Line numbers are counted as the lines go by (counting from the start
     // of the body for each line would be quadratic in its size).
@@ -148,48 +151,49 @@ fn parse_body(
                 }
             },
         };
-        let mut tags: Vec<(String, String)> = parsed
-            .series
-            .tag_set
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let mut tags: Vec<(EscapedStr<'a>, EscapedStr<'a>)> =
+            parsed.series.tag_set.into_iter().flatten().collect();
         tags.sort();
-        let fields: Vec<(String, Value)> = parsed
+        let fields: Vec<(EscapedStr<'a>, Value<'a>)> = parsed
             .field_set
-            .iter()
+            .into_iter()
             .map(|(k, v)| {
                 let v = match v {
-                    FieldValue::F64(x) => Value::F64(*x),
-                    FieldValue::I64(x) => Value::I64(*x),
-                    FieldValue::U64(x) => Value::U64(*x),
-                    FieldValue::String(s) => Value::Str(s.to_string()),
-                    FieldValue::Boolean(b) => Value::Bool(*b),
+                    FieldValue::F64(x) => Value::F64(x),
+                    FieldValue::I64(x) => Value::I64(x),
+                    FieldValue::U64(x) => Value::U64(x),
+                    FieldValue::String(s) => Value::Str(s),
+                    FieldValue::Boolean(b) => Value::Bool(b),
                 };
-                (k.to_string(), v)
+                (k, v)
             })
             .collect();
         if let Some(e) = check_names(&tags, &fields) {
             rejected.push(LineError { line, error: e });
             continue;
         }
-        tables
-            .entry(parsed.series.measurement.to_string())
-            .or_default()
-            .push(Row {
-                line,
-                tags,
-                fields,
-                time_ns,
-            });
+        let table = parsed.series.measurement.as_str();
+        // Bodies mostly hold one table: no allocation for its name per line.
+        let rows = match tables.get_mut(table) {
+            Some(rows) => rows,
+            None => tables.entry(table.to_owned()).or_default(),
+        };
+        rows.push(Row {
+            line,
+            tags,
+            fields,
+            time_ns,
+        });
     }
     tables
 }
 
-fn check_names(tags: &[(String, String)], fields: &[(String, Value)]) -> Option<String> {
+fn check_names(
+    tags: &[(EscapedStr, EscapedStr)],
+    fields: &[(EscapedStr, Value)],
+) -> Option<String> {
     for (k, _) in tags {
-        if k == TIME_COLUMN {
+        if k.as_str() == TIME_COLUMN {
             return Some("a tag may not be named time".into());
         }
     }
@@ -199,7 +203,7 @@ fn check_names(tags: &[(String, String)], fields: &[(String, Value)]) -> Option<
         }
     }
     for (i, (k, _)) in fields.iter().enumerate() {
-        if k == TIME_COLUMN {
+        if k.as_str() == TIME_COLUMN {
             return Some("a field may not be named time".into());
         }
         if tags.iter().any(|(t, _)| t == k) {
@@ -212,39 +216,59 @@ fn check_names(tags: &[(String, String)], fields: &[(String, Value)]) -> Option<
     None
 }
 
-/// Why `row` cannot go into `table` as it stands, if it cannot.
-fn conflict(table: &Table, row: &Row) -> Option<String> {
-    for (k, _) in &row.tags {
-        if let Some(c) = table.columns.iter().find(|c| &c.name == k) {
-            if c.kind() != ColumnKind::Tag {
+/// A table's columns by name (with those a body adds), for the checks of
+/// each line.
+struct Known {
+    table: String,
+    columns: std::collections::HashMap<String, (ColumnKind, DataType)>,
+}
+
+impl Known {
+    fn new(table: Option<&Table>) -> Self {
+        Known {
+            table: table.map(|t| t.name.clone()).unwrap_or_default(),
+            columns: table
+                .into_iter()
+                .flat_map(|t| &t.columns)
+                .map(|c| (c.name.clone(), (c.kind(), c.data_type())))
+                .collect(),
+        }
+    }
+
+    /// Why `row` cannot go into the table as it stands, if it cannot.
+    fn conflict(&self, row: &Row<'_>) -> Option<String> {
+        for (k, _) in &row.tags {
+            if let Some(&(kind, _)) = self.columns.get(k.as_str())
+                && kind != ColumnKind::Tag
+            {
                 return Some(format!(
                     "{k} is a {} column of {}, not a tag",
-                    sealion_common::catalog::kind_name(c.kind()),
-                    table.name
+                    sealion_common::catalog::kind_name(kind),
+                    self.table
                 ));
             }
         }
-    }
-    for (k, v) in &row.fields {
-        if let Some(c) = table.columns.iter().find(|c| &c.name == k) {
-            if c.kind() != ColumnKind::Field {
-                return Some(format!(
-                    "{k} is a {} column of {}, not a field",
-                    sealion_common::catalog::kind_name(c.kind()),
-                    table.name
-                ));
-            }
-            if c.data_type() != v.data_type() {
-                return Some(format!(
-                    "field {k} is {} in table {}, got {}",
-                    type_name(c.data_type()),
-                    table.name,
-                    type_name(v.data_type())
-                ));
+        for (k, v) in &row.fields {
+            if let Some(&(kind, ty)) = self.columns.get(k.as_str()) {
+                if kind != ColumnKind::Field {
+                    return Some(format!(
+                        "{k} is a {} column of {}, not a field",
+                        sealion_common::catalog::kind_name(kind),
+                        self.table
+                    ));
+                }
+                if ty != v.data_type() {
+                    return Some(format!(
+                        "field {k} is {} in table {}, got {}",
+                        type_name(ty),
+                        self.table,
+                        type_name(v.data_type())
+                    ));
+                }
             }
         }
+        None
     }
-    None
 }
 
 /// Columns `rows` need that `table` (if any) lacks; types are those of the
@@ -252,23 +276,14 @@ fn conflict(table: &Table, row: &Row) -> Option<String> {
 /// are rejected.
 fn new_columns(
     table: Option<&Table>,
-    rows: &mut Vec<Row>,
+    rows: &mut Vec<Row<'_>>,
     rejected: &mut Vec<LineError>,
 ) -> Vec<Column> {
     let mut added: Vec<Column> = Vec::new();
+    let mut known = Known::new(table);
     let mut keep = Vec::with_capacity(rows.len());
     for row in rows.drain(..) {
-        let scratch = Table {
-            name: table.map(|t| t.name.clone()).unwrap_or_default(),
-            columns: table
-                .map(|t| t.columns.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .chain(added.iter().cloned())
-                .collect(),
-            ..Default::default()
-        };
-        if let Some(e) = conflict(&scratch, &row) {
+        if let Some(e) = known.conflict(&row) {
             rejected.push(LineError {
                 line: row.line,
                 error: e,
@@ -276,18 +291,24 @@ fn new_columns(
             continue;
         }
         for (k, _) in &row.tags {
-            if !scratch.columns.iter().any(|c| &c.name == k) {
+            if !known.columns.contains_key(k.as_str()) {
+                known
+                    .columns
+                    .insert(k.to_string(), (ColumnKind::Tag, DataType::String));
                 added.push(Column {
-                    name: k.clone(),
+                    name: k.to_string(),
                     kind: ColumnKind::Tag as i32,
                     data_type: DataType::String as i32,
                 });
             }
         }
         for (k, v) in &row.fields {
-            if !scratch.columns.iter().any(|c| &c.name == k) {
+            if !known.columns.contains_key(k.as_str()) {
+                known
+                    .columns
+                    .insert(k.to_string(), (ColumnKind::Field, v.data_type()));
                 added.push(Column {
-                    name: k.clone(),
+                    name: k.to_string(),
                     kind: ColumnKind::Field as i32,
                     data_type: v.data_type() as i32,
                 });
@@ -299,101 +320,134 @@ fn new_columns(
     added
 }
 
+/// The column index of each name of one row's list (tags or fields), by
+/// `index`; rows mostly list the same names in the same order, so the
+/// previous row's answer is tried before hashing.
+struct ColumnOf<'a> {
+    index: &'a std::collections::HashMap<&'a str, usize>,
+    columns: &'a [Column],
+    last: Vec<usize>,
+}
+
+impl<'a> ColumnOf<'a> {
+    fn new(index: &'a std::collections::HashMap<&'a str, usize>, columns: &'a [Column]) -> Self {
+        ColumnOf {
+            index,
+            columns,
+            last: Vec::new(),
+        }
+    }
+
+    fn get(&mut self, j: usize, name: &str) -> Option<usize> {
+        if let Some(&c) = self.last.get(j)
+            && self.columns[c].name == name
+        {
+            return Some(c);
+        }
+        let c = *self.index.get(name)?;
+        self.last.truncate(j);
+        if self.last.len() == j {
+            self.last.push(c);
+        }
+        Some(c)
+    }
+}
+
 /// Builds one batch of `rows` with the time column and every column any row
 /// names, in the table's column order.
-fn build_batch(table: &Table, rows: &[Row]) -> Result<RecordBatch> {
-    let used: Vec<&Column> = table
+fn build_batch(table: &Table, rows: &[Row<'_>]) -> Result<RecordBatch> {
+    let n = rows.len();
+    let index: std::collections::HashMap<&str, usize> = table
         .columns
         .iter()
-        .filter(|c| {
-            c.kind() == ColumnKind::Time
-                || rows.iter().any(|r| {
-                    r.tags.iter().any(|(k, _)| k == &c.name)
-                        || r.fields.iter().any(|(k, _)| k == &c.name)
-                })
-        })
+        .enumerate()
+        .map(|(i, c)| (c.name.as_str(), i))
         .collect();
-    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(used.len());
-    for c in &used {
-        let array: ArrayRef = match (c.kind(), c.data_type()) {
+    // Per column, each row's tag or field (None where the row names none);
+    // made when a row first names the column.
+    let mut tags: Vec<Option<Vec<Option<&str>>>> = vec![None; table.columns.len()];
+    let mut fields: Vec<Option<Vec<Option<&Value<'_>>>>> = vec![None; table.columns.len()];
+    let (mut tag_of, mut field_of) = (
+        ColumnOf::new(&index, &table.columns),
+        ColumnOf::new(&index, &table.columns),
+    );
+    for (i, r) in rows.iter().enumerate() {
+        for (j, (k, v)) in r.tags.iter().enumerate() {
+            if let Some(c) = tag_of.get(j, k) {
+                tags[c].get_or_insert_with(|| vec![None; n])[i] = Some(v.as_str());
+            }
+        }
+        for (j, (k, v)) in r.fields.iter().enumerate() {
+            if let Some(c) = field_of.get(j, k) {
+                fields[c].get_or_insert_with(|| vec![None; n])[i] = Some(v);
+            }
+        }
+    }
+    let mut used: Vec<&Column> = Vec::new();
+    let mut arrays: Vec<ArrayRef> = Vec::new();
+    for (c, column) in table.columns.iter().enumerate() {
+        let array: ArrayRef = match (column.kind(), column.data_type()) {
             (ColumnKind::Time, _) => {
-                let mut b = TimestampNanosecondBuilder::with_capacity(rows.len());
+                let mut b = TimestampNanosecondBuilder::with_capacity(n);
                 rows.iter().for_each(|r| b.append_value(r.time_ns));
                 Arc::new(b.finish().with_timezone(TIME_ZONE))
             }
             (ColumnKind::Tag, _) => {
-                let mut b = StringBuilder::new();
-                for r in rows {
-                    b.append_option(
-                        r.tags
-                            .iter()
-                            .find(|(k, _)| k == &c.name)
-                            .map(|(_, v)| v.as_str()),
-                    );
-                }
-                Arc::new(b.finish())
+                let Some(values) = &tags[c] else { continue };
+                Arc::new(values.iter().copied().collect::<StringArray>())
             }
             (_, t) => {
-                let get = |r: &Row| {
-                    r.fields
-                        .iter()
-                        .find(|(k, _)| k == &c.name)
-                        .map(|(_, v)| v.clone())
-                };
+                let Some(values) = &fields[c] else { continue };
                 match t {
-                    DataType::Float64 => {
-                        let mut b = Float64Builder::new();
-                        rows.iter().for_each(|r| {
-                            b.append_option(match get(r) {
-                                Some(Value::F64(x)) => Some(x),
+                    DataType::Float64 => Arc::new(
+                        values
+                            .iter()
+                            .map(|v| match v {
+                                Some(Value::F64(x)) => Some(*x),
                                 _ => None,
                             })
-                        });
-                        Arc::new(b.finish())
-                    }
-                    DataType::Int64 => {
-                        let mut b = Int64Builder::new();
-                        rows.iter().for_each(|r| {
-                            b.append_option(match get(r) {
-                                Some(Value::I64(x)) => Some(x),
+                            .collect::<Float64Array>(),
+                    ),
+                    DataType::Int64 => Arc::new(
+                        values
+                            .iter()
+                            .map(|v| match v {
+                                Some(Value::I64(x)) => Some(*x),
                                 _ => None,
                             })
-                        });
-                        Arc::new(b.finish())
-                    }
-                    DataType::Uint64 => {
-                        let mut b = UInt64Builder::new();
-                        rows.iter().for_each(|r| {
-                            b.append_option(match get(r) {
-                                Some(Value::U64(x)) => Some(x),
+                            .collect::<Int64Array>(),
+                    ),
+                    DataType::Uint64 => Arc::new(
+                        values
+                            .iter()
+                            .map(|v| match v {
+                                Some(Value::U64(x)) => Some(*x),
                                 _ => None,
                             })
-                        });
-                        Arc::new(b.finish())
-                    }
-                    DataType::Bool => {
-                        let mut b = BooleanBuilder::new();
-                        rows.iter().for_each(|r| {
-                            b.append_option(match get(r) {
-                                Some(Value::Bool(x)) => Some(x),
+                            .collect::<UInt64Array>(),
+                    ),
+                    DataType::Bool => Arc::new(
+                        values
+                            .iter()
+                            .map(|v| match v {
+                                Some(Value::Bool(x)) => Some(*x),
                                 _ => None,
                             })
-                        });
-                        Arc::new(b.finish())
-                    }
-                    _ => {
-                        let mut b = StringBuilder::new();
-                        for r in rows {
-                            b.append_option(match get(r) {
-                                Some(Value::Str(x)) => Some(x),
+                            .collect::<BooleanArray>(),
+                    ),
+                    _ => Arc::new(
+                        values
+                            .iter()
+                            .map(|v| match v {
+                                Some(Value::Str(x)) => Some(x.as_str()),
                                 _ => None,
-                            });
-                        }
-                        Arc::new(b.finish())
-                    }
+                            })
+                            .collect::<StringArray>(),
+                    ),
                 }
             }
         };
+        used.push(column);
         arrays.push(array);
     }
     let schema = Arc::new(arrow::datatypes::Schema::new(
@@ -484,6 +538,70 @@ pub async fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::Array;
+
+    /// Column `name` of `batch` as text per row ("-" for null).
+    fn column_text(batch: &RecordBatch, name: &str) -> Vec<String> {
+        let a = batch.column_by_name(name).unwrap();
+        (0..a.len())
+            .map(|i| {
+                if a.is_null(i) {
+                    "-".to_string()
+                } else {
+                    arrow::util::display::array_value_to_string(a, i).unwrap()
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rows_that_name_columns_in_any_order_or_subset_fill_the_right_columns() {
+        let body = "m,b=y,a=x f=1,g=\"s\" 10\n\
+                    m,a=x\\ z g=\"t\",f=2 20\n\
+                    m,c=w h=true,k=-3i 30\n\
+                    m f=4 40";
+        let mut rejected = Vec::new();
+        let mut tables = parse_body(body, Precision::S, 0, &mut rejected);
+        assert!(rejected.is_empty(), "{rejected:?}");
+        let mut rows = tables.remove("m").unwrap();
+        let added = new_columns(None, &mut rows, &mut rejected);
+        let names: Vec<&str> = added.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "f", "g", "c", "h", "k"]);
+        let mut columns = vec![Column {
+            name: TIME_COLUMN.into(),
+            kind: ColumnKind::Time as i32,
+            data_type: DataType::Timestamp as i32,
+        }];
+        // The table's order differs from the rows'.
+        columns.extend(added.into_iter().rev());
+        let table = Table {
+            name: "m".into(),
+            columns,
+            ..Default::default()
+        };
+        let batch = build_batch(&table, &rows).unwrap();
+        let got: Vec<Vec<String>> = ["a", "b", "c", "f", "g", "h", "k"]
+            .iter()
+            .map(|c| column_text(&batch, c))
+            .collect();
+        let want = [
+            vec!["x", "x z", "-", "-"],
+            vec!["y", "-", "-", "-"],
+            vec!["-", "-", "w", "-"],
+            vec!["1.0", "2.0", "-", "4.0"],
+            vec!["s", "t", "-", "-"],
+            vec!["-", "-", "true", "-"],
+            vec!["-", "-", "-3", "-"],
+        ];
+        assert_eq!(got, want);
+        let names: Vec<String> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["time", "k", "h", "c", "g", "f", "b", "a"]);
+    }
 
     #[test]
     fn bad_lines_are_named_and_good_lines_kept() {
