@@ -1035,6 +1035,38 @@ fn newest_first_decodes_only_the_pages_of_the_newest_rows() {
     }
 }
 
+/// Tags are constant within a series: a row scan takes them from the
+/// series keys in the directory and decodes no tag page.
+#[test]
+fn row_scans_take_tags_from_series_keys_without_decoding_tag_pages() {
+    let rows = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let file = seal(dir.path(), &rows, 2000, 20);
+    let time_pages = (rows.len() / 20) as u64;
+    for (columns, field) in [
+        (vec![true, true, true, false, false], None),
+        (
+            vec![true, true, true, true, false],
+            Some(FieldP::Usage(CompareOp::CmpGt, 90.0)),
+        ),
+    ] {
+        let r = Req {
+            start: i64::MIN,
+            end: i64::MAX,
+            tags: vec![],
+            field,
+            columns,
+            want: Want::Rows { limit: 0 },
+        };
+        let (sealed, m) = run_sealed(&to_proto(&r), &file);
+        assert_eq!(answer_of(&r, &sealed), model_answer(&r, &model_rows(&rows)));
+        // Time pages, and usage pages when asked for or filtered on; never
+        // the host and region pages (as many again as the time pages each).
+        let fields = u64::from(r.columns[3]);
+        assert!(m.pages_decoded <= time_pages * (1 + fields), "{m:?}");
+    }
+}
+
 #[test]
 fn requests_the_node_cannot_answer_are_refused_with_a_reason() {
     let mut bad = plain_req();

@@ -333,6 +333,20 @@ impl SealedFile {
             .iter()
             .map(|c| self.source_of(c))
             .collect::<Result<_>>()?;
+        // A tag is constant within a series, and every range below lies in
+        // one series: tags come from the series key (the writer filled the
+        // tag chunks from it), and their pages are never decoded.
+        let from_key: Vec<bool> = sources
+            .iter()
+            .zip(&q.projection)
+            .map(|(src, col)| {
+                col.kind() == ColumnKind::Tag
+                    && match *src {
+                        Source::Missing => true,
+                        Source::Chunk(c) => self.specs[c].role == ChunkRole::Tag,
+                    }
+            })
+            .collect();
         let mut batch = OutBatch::new(&q.projection);
         let mut touched = 0;
         for g in 0..self.groups.len() {
@@ -343,12 +357,21 @@ impl SealedFile {
                 continue;
             };
             touched += 1;
-            for s in &sources {
-                if let Source::Chunk(c) = *s {
+            for (s, key) in sources.iter().zip(&from_key) {
+                if let (Source::Chunk(c), false) = (*s, key) {
                     self.ensure(g, c, &ranges, &mut dec)?;
                 }
             }
+            let any_from_key = from_key.iter().any(|&k| k);
             for &(a, b, series) in &ranges {
+                let tags = if any_from_key {
+                    decode_series(&self.series[series].key).ok_or_else(|| Error::Corrupt {
+                        partition_id: self.partition_id,
+                        reason: "bad series key in the directory".into(),
+                    })?
+                } else {
+                    Vec::new()
+                };
                 let mut a = a;
                 while a < b {
                     let room = out.room().saturating_sub(batch.rows as u64);
@@ -358,15 +381,10 @@ impl SealedFile {
                     let take = (SCAN_BATCH_ROWS - batch.rows).min(b - a).min(room as usize);
                     for (k, s) in sources.iter().enumerate() {
                         match *s {
-                            // A tag sealed without a column of its own (the
-                            // table's columns were older than the rows) is
-                            // still in every row's series key.
-                            Source::Missing if q.projection[k].kind() == ColumnKind::Tag => {
-                                let key = &self.series[series].key;
-                                let tags = decode_series(key).ok_or_else(|| Error::Corrupt {
-                                    partition_id: self.partition_id,
-                                    reason: "bad series key in the directory".into(),
-                                })?;
+                            // Tags from the series key (also those sealed
+                            // without a column of their own, when the
+                            // table's columns were older than the rows).
+                            _ if from_key[k] => {
                                 let name = &q.projection[k].name;
                                 match (&mut batch.builders[k], tags.iter().find(|(n, _)| n == name))
                                 {
