@@ -168,16 +168,21 @@ fn parse_body<'a>(
                 (k, v)
             })
             .collect();
-        if let Some(e) = check_names(&tags, &fields) {
-            rejected.push(LineError { line, error: e });
-            continue;
-        }
         let table = parsed.series.measurement.as_str();
         // Bodies mostly hold one table: no allocation for its name per line.
         let rows = match tables.get_mut(table) {
             Some(rows) => rows,
             None => tables.entry(table.to_owned()).or_default(),
         };
+        // The check depends on the names alone: a line naming what the
+        // table's previous line named passes as that one did.
+        let checked = rows
+            .last()
+            .is_some_and(|prev| same_names(&prev.tags, &tags) && same_names(&prev.fields, &fields));
+        if !checked && let Some(e) = check_names(&tags, &fields) {
+            rejected.push(LineError { line, error: e });
+            continue;
+        }
         rows.push(Row {
             line,
             tags,
@@ -186,6 +191,25 @@ fn parse_body<'a>(
         });
     }
     tables
+}
+
+/// Whether two lists name the same keys in the same order.
+fn same_names<V>(a: &[(EscapedStr, V)], b: &[(EscapedStr, V)]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((x, _), (y, _))| x.as_str() == y.as_str())
+}
+
+/// Whether two rows have the same shape: the same tags, and the same
+/// fields with values of the same types, in the same order.
+fn same_shape(a: &Row<'_>, b: &Row<'_>) -> bool {
+    same_names(&a.tags, &b.tags)
+        && same_names(&a.fields, &b.fields)
+        && a.fields
+            .iter()
+            .zip(&b.fields)
+            .all(|((_, x), (_, y))| x.data_type() == y.data_type())
 }
 
 fn check_names(
@@ -220,7 +244,7 @@ fn check_names(
 /// each line.
 struct Known {
     table: String,
-    columns: std::collections::HashMap<String, (ColumnKind, DataType)>,
+    columns: rustc_hash::FxHashMap<String, (ColumnKind, DataType)>,
 }
 
 impl Known {
@@ -281,8 +305,14 @@ fn new_columns(
 ) -> Vec<Column> {
     let mut added: Vec<Column> = Vec::new();
     let mut known = Known::new(table);
-    let mut keep = Vec::with_capacity(rows.len());
+    let mut keep: Vec<Row<'_>> = Vec::with_capacity(rows.len());
     for row in rows.drain(..) {
+        // Conflicts and new columns depend on the shape alone: a row shaped
+        // like the previous row kept is kept and adds nothing.
+        if keep.last().is_some_and(|prev| same_shape(prev, &row)) {
+            keep.push(row);
+            continue;
+        }
         if let Some(e) = known.conflict(&row) {
             rejected.push(LineError {
                 line: row.line,
@@ -324,13 +354,13 @@ fn new_columns(
 /// `index`; rows mostly list the same names in the same order, so the
 /// previous row's answer is tried before hashing.
 struct ColumnOf<'a> {
-    index: &'a std::collections::HashMap<&'a str, usize>,
+    index: &'a rustc_hash::FxHashMap<&'a str, usize>,
     columns: &'a [Column],
     last: Vec<usize>,
 }
 
 impl<'a> ColumnOf<'a> {
-    fn new(index: &'a std::collections::HashMap<&'a str, usize>, columns: &'a [Column]) -> Self {
+    fn new(index: &'a rustc_hash::FxHashMap<&'a str, usize>, columns: &'a [Column]) -> Self {
         ColumnOf {
             index,
             columns,
@@ -357,7 +387,7 @@ impl<'a> ColumnOf<'a> {
 /// names, in the table's column order.
 fn build_batch(table: &Table, rows: &[Row<'_>]) -> Result<RecordBatch> {
     let n = rows.len();
-    let index: std::collections::HashMap<&str, usize> = table
+    let index: rustc_hash::FxHashMap<&str, usize> = table
         .columns
         .iter()
         .enumerate()
@@ -649,6 +679,36 @@ mod tests {
         let mut rejected = Vec::new();
         parse_body(&body, Precision::Ns, 0, &mut rejected);
         assert_eq!(rejected.iter().map(|e| e.line).collect::<Vec<_>>(), bad);
+    }
+
+    #[test]
+    fn a_line_is_checked_whatever_the_line_before_it_was() {
+        let mut rejected = Vec::new();
+        let mut tables = parse_body(
+            "m,h=a f=1 1\nm,h=a,h=b f=2 2\nm,h=a f=1,h=3 3\nm,h=a f=1 4\nm,h=a f=1,f=2 5\nm,h=b f=3 6\n",
+            Precision::Ns,
+            0,
+            &mut rejected,
+        );
+        let lines: Vec<usize> = rejected.iter().map(|e| e.line).collect();
+        assert_eq!(lines, [2, 3, 5], "{rejected:?}");
+        let kept: Vec<usize> = tables["m"].iter().map(|r| r.line).collect();
+        assert_eq!(kept, [1, 4, 6]);
+        // A row shaped like the one before it is kept without new columns;
+        // one whose field type differs is not.
+        let mut rejected = Vec::new();
+        let mut tables = parse_body(
+            "m,h=a f=1 1\nm,h=a f=2 2\nm,h=a f=\"x\" 3\nm,h=a f=4 4\n",
+            Precision::Ns,
+            0,
+            &mut rejected,
+        );
+        let rows = tables.get_mut("m").unwrap();
+        let added = new_columns(None, rows, &mut rejected);
+        let lines: Vec<usize> = rejected.iter().map(|e| e.line).collect();
+        assert_eq!(lines, [3]);
+        assert_eq!(rows.iter().map(|r| r.line).collect::<Vec<_>>(), [1, 2, 4]);
+        assert_eq!(added.len(), 2);
     }
 
     #[test]
