@@ -206,7 +206,7 @@ def main() -> int:
                     help="ingest systems, comma-separated ('' for no ingest)")
     ap.add_argument("--ingest-clients", default="1,2,4,8,16")
     ap.add_argument("--ingest-rows", type=int, default=None,
-                    help="rows per ingest run (default: 100,000 quick, 1,000,000 full)")
+                    help="rows per ingest run (default: 50,000 quick, 1,000,000 full)")
     ap.add_argument("--ingest-runs", type=int, default=5)
     ap.add_argument("--batch-rows", type=int, default=1000, help="rows per write request / COPY")
     ap.add_argument("--load-clients", type=int, default=4, help="clients loading the data set over line protocol")
@@ -230,7 +230,7 @@ def main() -> int:
     if ("sealion" in systems or "sealion" in ingest_systems) and not a.sealion:
         ap.error("--sealion PATH is required")
     scale = SCALES[a.scale]
-    ingest_rows = a.ingest_rows or (100_000 if a.scale == "quick" else 1_000_000)
+    ingest_rows = a.ingest_rows or (50_000 if a.scale == "quick" else 1_000_000)
     clients = [int(c) for c in a.ingest_clients.split(",") if c]
 
     t_start = time.time()
