@@ -81,6 +81,10 @@ impl Drop for Db {
     }
 }
 
+/// Memtable size of meta's RocksDB (its default, 64 MiB, is sized for
+/// bulk data, and each log file is preallocated to about that).
+const META_WRITE_BUFFER_BYTES: usize = 4 << 20;
+
 /// Opens (creating if needed) the RocksDB instance of one meta replica. The
 /// receiver completes once the database is closed.
 pub fn open_db(path: &Path) -> crate::Result<(Arc<Db>, oneshot::Receiver<()>)> {
@@ -88,8 +92,16 @@ pub fn open_db(path: &Path) -> crate::Result<(Arc<Db>, oneshot::Receiver<()>)> {
     let mut opts = Options::default();
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
+    // Meta holds little: small memtables, so each write-ahead log file
+    // (preallocated at about 1.1 memtables) stays small on disk.
+    opts.set_write_buffer_size(META_WRITE_BUFFER_BYTES);
+    // Logs are freed only once every column family holding data in them
+    // has flushed: past this, RocksDB flushes the laggards.
+    opts.set_max_total_wal_size(4 * META_WRITE_BUFFER_BYTES as u64);
+    let mut cf_opts = Options::default();
+    cf_opts.set_write_buffer_size(META_WRITE_BUFFER_BYTES);
     let cfs = [CF_LOGS, CF_RAFT, CF_SNAPSHOT]
-        .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+        .map(|name| ColumnFamilyDescriptor::new(name, cf_opts.clone()));
     let db = DB::open_cf_descriptors(&opts, path, cfs)?;
     let (tx, rx) = oneshot::channel();
     Ok((

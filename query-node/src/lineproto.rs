@@ -684,7 +684,7 @@ mod tests {
     #[test]
     fn a_line_is_checked_whatever_the_line_before_it_was() {
         let mut rejected = Vec::new();
-        let mut tables = parse_body(
+        let tables = parse_body(
             "m,h=a f=1 1\nm,h=a,h=b f=2 2\nm,h=a f=1,h=3 3\nm,h=a f=1 4\nm,h=a f=1,f=2 5\nm,h=b f=3 6\n",
             Precision::Ns,
             0,

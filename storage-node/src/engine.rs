@@ -49,6 +49,9 @@ fn rocks_error(e: rocksdb::Error) -> FError {
 /// Rows per Arrow batch that a scan emits.
 pub use sealion_format::SCAN_BATCH_ROWS;
 
+/// Write-ahead log bytes past which RocksDB flushes the column families
+/// that keep the oldest log alive (two default memtables).
+const MAX_TOTAL_WAL_BYTES: u64 = 128 << 20;
 /// Column family that records which file holds each sealed partition.
 const SEALED_CF: &str = "sealed";
 /// Column family of the delete log: (partition, sequence) -> predicate.
@@ -363,6 +366,11 @@ impl Engine {
         opts.create_missing_column_families(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
+        // A write-ahead log file is freed only once every column family with
+        // data in it has flushed; the small ones (sealed, deletes, batches,
+        // late) rarely fill a memtable, so logs piled up (264 MB of them
+        // after loading 518k rows). Past this total, RocksDB flushes them.
+        opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);
         let cfs = vec![
             ColumnFamilyDescriptor::new(rocksdb::DEFAULT_COLUMN_FAMILY_NAME, opts.clone()),
             ColumnFamilyDescriptor::new(SEALED_CF, Options::default()),
