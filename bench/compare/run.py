@@ -426,6 +426,14 @@ def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, 
     n_rows = sum(b.count(b"\n") for b in lp)
     targets: dict[str, object] = {}
     out: dict = {"rows_per_run": n_rows, "results": {}, "notes": {}, "load": {}, "disk": {}, "versions": {}}
+
+    def load_whole(name: str, s) -> None:
+        """The whole data set once over line protocol, for bytes on disk."""
+        secs, total = s.ingest_target().send_iter(gen.iter_lp_batches(data / "cpu.lp", a.batch_rows),
+                                                  a.load_clients)
+        out["load"][name] = {"rows": total, "load_s": secs, "rows_per_s": total / secs}
+        out["disk"][name] = s.disk()
+
     for name in names:
         try:
             if name == "sealion":
@@ -448,11 +456,7 @@ def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, 
                 running.append(s)
                 s.start()
                 out["versions"][name] = s.version()
-                # The whole data set once, for bytes on disk (every replica).
-                secs, total = s.ingest_target().send_iter(gen.iter_lp_batches(data / "cpu.lp", a.batch_rows),
-                                                          a.load_clients)
-                out["load"][name] = {"rows": total, "load_s": secs, "rows_per_s": total / secs}
-                out["disk"][name] = s.disk()
+                load_whole(name, s)  # bytes on disk of every replica
                 targets[name] = ("lp", s.ingest_target())
             elif name == "postgres":
                 if cluster is None:
@@ -468,11 +472,7 @@ def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, 
                 s.start()
                 running.append(s)
                 out["versions"][name] = s.version()
-                # The whole data set once, for bytes on disk.
-                secs, total = s.ingest_target().send_iter(gen.iter_lp_batches(data / "cpu.lp", a.batch_rows),
-                                                          a.load_clients)
-                out["load"][name] = {"rows": total, "load_s": secs, "rows_per_s": total / secs}
-                out["disk"][name] = s.disk()
+                load_whole(name, s)
                 targets[name] = ("lp", s.ingest_target())
             else:
                 raise RuntimeError(f"unknown ingest system {name}")

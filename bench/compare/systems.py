@@ -153,6 +153,20 @@ class LineProtocolWriter:
         return time.perf_counter() - t, sum(rows)
 
 
+def run_clients(worker, conns: list) -> float:
+    """Runs ``worker(k)`` for each client k (one connection each in
+    ``conns``) at once; returns the wall time; closes the connections."""
+    try:
+        t = time.perf_counter()
+        with cf.ThreadPoolExecutor(len(conns)) as ex:
+            for f in [ex.submit(worker, k) for k in range(len(conns))]:
+                f.result()
+        return time.perf_counter() - t
+    finally:
+        for c in conns:
+            c.close()
+
+
 def rename_lp(batches: list[bytes], old: str, new: str) -> list[bytes]:
     """The same batches with measurement ``old`` written as ``new``."""
     o, n = old.encode() + b",", new.encode() + b","
@@ -454,15 +468,7 @@ class SealionPgIngest:
             for i in range(k, len(stmts), clients):
                 cur.execute(stmts[i])
 
-        try:
-            t = time.perf_counter()
-            with cf.ThreadPoolExecutor(clients) as ex:
-                for f in [ex.submit(worker, k) for k in range(clients)]:
-                    f.result()
-            return time.perf_counter() - t
-        finally:
-            for c in conns:
-                c.close()
+        return run_clients(worker, conns)
 
 
 # --------------------------------------------------------------------------
@@ -629,15 +635,7 @@ class PostgresCopyIngest:
                 with cur.copy(f"COPY {table} FROM STDIN (FORMAT csv)") as cp:
                     cp.write(batches[i])
 
-        try:
-            t = time.perf_counter()
-            with cf.ThreadPoolExecutor(clients) as ex:
-                for f in [ex.submit(worker, k) for k in range(clients)]:
-                    f.result()
-            return time.perf_counter() - t
-        finally:
-            for c in conns:
-                c.close()
+        return run_clients(worker, conns)
 
 
 # --------------------------------------------------------------------------
