@@ -26,7 +26,7 @@ so the rows do not depend on the numpy or Python version.
 Scales (``SCALES``): ``quick`` is 20 hosts x 3 days (518,400 rows);
 ``full`` is 100 hosts x 100,000 readings (11.57 days), 10,000,000 rows.
 
-TODO (issue 7): the IoT shape (devices with jitter, gaps and late rows).
+The IoT shape (trucks with jitter, gaps and late rows) is in gen_iot.py.
 """
 
 from __future__ import annotations

@@ -349,6 +349,13 @@ def markdown(r: dict, pngs: list[str]) -> str:
                  "synced on each replica before it is acknowledged; PostgreSQL gets `COPY ... FROM STDIN (FORMAT csv)` of the same rows into a table "
                  "with the B-tree on (hostname, time), synchronous_commit on. The client (this Python process, one "
                  "thread per client) runs on the same cores as the server it writes to.\n")
+        sh = ing.get("shape", {})
+        if sh.get("data") == "iot":
+            L.append(f"The rows are the **IoT shape** (`--ingest-data iot`, bench/compare/gen_iot.py): {sh['trucks']} "
+                     f"trucks, a reading every 10 s with -2..+2 s of jitter, gaps, {sh['sparse_rows']:,} sparse rows "
+                     f"and {sh['late_rows']:,} late rows of {sh['rows']:,} ({sh['out_of_order_rows']:,} out of time "
+                     "order in the file), 5 tags and 7 DOUBLE fields; each run sends the file's first rows in "
+                     "arrival order. Bytes on disk above are still of the cpu data set.\n")
         names = [n for n in INGEST_ORDER if n in ing.get("stats", {})] + [
             n for n in ing.get("stats", {}) if n not in INGEST_ORDER]
         cl = st["ingest_clients"]

@@ -208,6 +208,9 @@ def main() -> int:
     ap.add_argument("--ingest-rows", type=int, default=None,
                     help="rows per ingest run (default: 50,000 quick, 1,000,000 full)")
     ap.add_argument("--ingest-runs", type=int, default=5)
+    ap.add_argument("--ingest-data", choices=["cpu", "iot"], default="cpu",
+                    help="rows the ingest runs send: cpu-only, or the IoT shape (trucks with jitter, gaps, sparse "
+                         "rows and 5%% late, out-of-order rows; gen_iot.py)")
     ap.add_argument("--batch-rows", type=int, default=1000, help="rows per write request / COPY")
     ap.add_argument("--load-clients", type=int, default=4, help="clients loading the data set over line protocol")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per query per system (at least 5)")
@@ -406,6 +409,7 @@ def main() -> int:
 
     a.out.mkdir(parents=True, exist_ok=True)
     stem = a.out / f"compare-{dt.date.today().isoformat()}-{a.scale}" \
+        f"{'-iot-ingest' if a.ingest_data == 'iot' else ''}" \
         f"{'-' + result.get('sealion_build', '') if result.get('sealion_build') not in (None, 'release') else ''}"
     Path(f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
     report.write(result, stem)
@@ -421,11 +425,22 @@ def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, 
     run writes into a new table (measurement) so no run appends to another's;
     a warm-up run first. Rows/s is rows over the wall time of the run."""
     import gen
-    lp = gen.lp_batches(data / "cpu.lp", a.batch_rows, rows)
-    csvb = csv_batches(data / "cpu.csv", a.batch_rows, rows)
+    shape = sysmod.CPU_SHAPE
+    out_shape: dict = {"data": "cpu"}
+    if a.ingest_data == "iot":
+        import gen_iot
+        shape = sysmod.IOT_SHAPE
+        scale = gen.SCALES[a.scale]
+        # Enough days of readings for `rows` rows, gaps included.
+        days = round(max(0.05, 1.3 * rows / (gen_iot.trucks_of(scale) * 8_640)), 2)
+        out_shape = {"data": "iot", **gen_iot.generate_iot(scale, data, a.seed, days)}
+        log(f"ingest data: IoT shape {out_shape}")
+    lp = gen.lp_batches(data / shape.lp, a.batch_rows, rows)
+    csvb = csv_batches(data / shape.csv, a.batch_rows, rows)
     n_rows = sum(b.count(b"\n") for b in lp)
     targets: dict[str, object] = {}
-    out: dict = {"rows_per_run": n_rows, "results": {}, "notes": {}, "load": {}, "disk": {}, "versions": {}}
+    out: dict = {"rows_per_run": n_rows, "results": {}, "notes": {}, "load": {}, "disk": {}, "versions": {},
+                 "shape": out_shape}
 
     def load_whole(name: str, s) -> None:
         """The whole data set once over line protocol, for bytes on disk."""
@@ -449,7 +464,7 @@ def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, 
                     s = sysmod.Sealion(a.sealion, work, a.sealion_arg)
                     s.start()
                     running.append(s)
-                targets[name] = ("copy", sysmod.SealionPgIngest(s))
+                targets[name] = ("copy", sysmod.SealionPgIngest(s, shape))
                 out["versions"][name] = "the `sealion` process: multi-row INSERT over pgwire (psycopg)"
             elif name.startswith("sealion-cluster-rf"):
                 s = sysmod.SealionCluster(a.sealion, work, int(name.removeprefix("sealion-cluster-rf")))
@@ -465,7 +480,7 @@ def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, 
                 c.execute("DROP DATABASE IF EXISTS ingest")
                 c.execute("CREATE DATABASE ingest")
                 c.close()
-                targets[name] = ("copy", sysmod.PostgresCopyIngest(cluster, "ingest"))
+                targets[name] = ("copy", sysmod.PostgresCopyIngest(cluster, "ingest", shape))
                 out["versions"][name] = "COPY (FORMAT csv), same B-tree as postgres-plain"
             elif name in ("victoriametrics", "influxdb"):
                 s = sysmod.VictoriaMetrics(work) if name == "victoriametrics" else sysmod.InfluxDB(work)
@@ -491,7 +506,7 @@ def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, 
                 table = f"ingest_c{c}_{'w' if r < 0 else r}"
                 try:
                     if kind == "lp":
-                        secs = tgt.send(sysmod.rename_lp(lp, "cpu", table), c)
+                        secs = tgt.send(sysmod.rename_lp(lp, shape.measurement, table), c)
                     else:
                         secs = tgt.send(table, csvb, c)
                 except Exception as e:

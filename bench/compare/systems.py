@@ -27,6 +27,7 @@ written with the same line protocol batches as Sealion.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import http.client
 import json
 import os
@@ -38,6 +39,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
+import gen_iot
 from gen import DAY_S, FIELDS, START_S, TAGS, iso
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -435,21 +437,20 @@ class SealionPgIngest:
     connection per client, batch i on client i % clients, each statement
     its own transaction. The statements are built before the clock starts."""
 
-    def __init__(self, sealion: "Sealion"):
-        self.sealion = sealion
+    def __init__(self, sealion: "Sealion", shape: IngestShape):
+        self.sealion, self.shape = sealion, shape
 
-    @staticmethod
-    def statements(table: str, csv_batches: list[bytes]) -> list[str]:
-        header = CPU_CSV_HEADER
+    def statements(self, table: str, csv_batches: list[bytes]) -> list[str]:
+        n = self.shape.n_tags
         out = []
         for b in csv_batches:
             rows = []
             for line in b.decode().splitlines():
                 v = line.split(",")
-                tags = ", ".join("'" + x.replace("'", "''") + "'" for x in v[1:11])
-                fields = ", ".join(v[11:])
+                tags = ", ".join("'" + x.replace("'", "''") + "'" for x in v[1:1 + n])
+                fields = ", ".join(x or "NULL" for x in v[1 + n:])
                 rows.append(f"('{v[0]}', {tags}, {fields})")
-            out.append(f"INSERT INTO {table} ({header}) VALUES " + ", ".join(rows))
+            out.append(f"INSERT INTO {table} ({self.shape.csv_header}) VALUES " + ", ".join(rows))
         return out
 
     def send(self, table: str, batches: list[bytes], clients: int) -> float:
@@ -459,7 +460,7 @@ class SealionPgIngest:
         connect = lambda: psycopg.connect(host="127.0.0.1", port=self.sealion.pg_port, user="sealion",
                                           dbname="public", autocommit=True)
         with connect() as c:
-            c.execute(f"CREATE TABLE {table} ({CPU_COLUMNS_SEALION})")
+            c.execute(f"CREATE TABLE {table} ({self.shape.columns_sealion})")
         stmts = self.statements(table, batches)
         conns = [connect() for _ in range(clients)]
 
@@ -534,6 +535,26 @@ CPU_COLUMNS_SEALION = ("time TIMESTAMP NOT NULL, " + ", ".join(f"{t} TEXT" for t
                        + ", ".join(f"{f} DOUBLE" for f in FIELDS) + ", PRIMARY KEY (" + ", ".join(TAGS) + ", time)")
 CPU_COLUMNS_PG = ("time timestamptz NOT NULL, " + ", ".join(f"{t} text NOT NULL" for t in TAGS) + ", "
                   + ", ".join(f"{f} double precision" for f in FIELDS))
+
+
+@dataclasses.dataclass(frozen=True)
+class IngestShape:
+    """The rows ingest runs send: files, measurement and each system's table."""
+    name: str
+    measurement: str
+    lp: str
+    csv: str
+    columns_pg: str
+    columns_sealion: str
+    csv_header: str
+    n_tags: int
+    key: str  # PostgreSQL's B-tree is on (key, time)
+
+
+CPU_SHAPE = IngestShape("cpu", "cpu", "cpu.lp", "cpu.csv", CPU_COLUMNS_PG, CPU_COLUMNS_SEALION, CPU_CSV_HEADER,
+                        len(TAGS), "hostname")
+IOT_SHAPE = IngestShape("iot", "readings", "iot.lp", "iot.csv", gen_iot.IOT_COLUMNS_PG, gen_iot.IOT_COLUMNS_SEALION,
+                        gen_iot.IOT_CSV_HEADER, len(gen_iot.IOT_TAGS), "name")
 
 
 class Postgres:
@@ -620,13 +641,13 @@ class PostgresCopyIngest:
     plain table), one connection per client, batch i on client i % clients,
     each batch its own COPY and transaction (autocommit)."""
 
-    def __init__(self, cluster: PostgresCluster, db: str):
-        self.cluster, self.db = cluster, db
+    def __init__(self, cluster: PostgresCluster, db: str, shape: IngestShape):
+        self.cluster, self.db, self.shape = cluster, db, shape
 
     def send(self, table: str, batches: list[bytes], clients: int) -> float:
         with self.cluster.connect(self.db) as c:
-            c.execute(f"CREATE TABLE {table} ({CPU_COLUMNS_PG})")
-            c.execute(f"CREATE INDEX ON {table} (hostname, time)")
+            c.execute(f"CREATE TABLE {table} ({self.shape.columns_pg})")
+            c.execute(f"CREATE INDEX ON {table} ({self.shape.key}, time)")
         conns = [self.cluster.connect(self.db) for _ in range(clients)]
 
         def worker(k: int) -> None:
