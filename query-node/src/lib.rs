@@ -13,6 +13,7 @@ pub mod error;
 pub mod functions;
 pub mod gapfill;
 pub mod http;
+pub mod insert;
 #[macro_use]
 mod leaf;
 pub mod lineproto;

@@ -122,11 +122,11 @@ impl QueryHook for SealionHook {
         if left_to_others(statement) {
             return None;
         }
-        if handling(statement) == Handling::Sealion {
+        let db = database_of(client);
+        if handling(statement) == Handling::Sealion || self.sql.direct_insert(&db, statement) {
             // Run at execute time; no rows are described.
             return Some(Ok(empty_plan()));
         }
-        let db = database_of(client);
         Some(
             self.sql
                 .plan(&db, statement)
@@ -139,18 +139,25 @@ impl QueryHook for SealionHook {
     async fn handle_extended_query(
         &self,
         statement: &Statement,
-        _logical_plan: &LogicalPlan,
+        logical_plan: &LogicalPlan,
         _params: &ParamValues,
         _session_context: &SessionContext,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
         let is_delete = matches!(statement, Statement::Delete(_));
-        if (handling(statement) != Handling::Sealion && !is_delete) || left_to_others(statement) {
+        let db = database_of(&*client);
+        // Rows of literals were not planned at parse (they have no
+        // parameters to bind): written directly, or planned now if the
+        // table changed meanwhile.
+        let direct = matches!(logical_plan, LogicalPlan::EmptyRelation(_))
+            && matches!(statement, Statement::Insert(_));
+        if (handling(statement) != Handling::Sealion && !is_delete && !direct)
+            || left_to_others(statement)
+        {
             // Planned in the parse phase against the right database; the
             // default path binds parameters and encodes in the portal's format.
             return None;
         }
-        let db = database_of(&*client);
         Some(match self.sql.execute(&db, statement).await {
             Ok(Output::Affected { tag, rows }) => Ok(affected(&tag, rows)),
             Ok(Output::Rows(df)) => {

@@ -417,10 +417,28 @@ impl SqlEngine {
         Ok((state, plan))
     }
 
+    /// Whether `stmt` is an INSERT of literal rows that
+    /// [`SqlEngine::execute`] writes without a DataFusion plan.
+    pub fn direct_insert(&self, db: &str, stmt: &Statement) -> bool {
+        matches!(stmt, Statement::Insert(insert)
+            if crate::insert::literal_rows(&self.shared.meta.state(), db, insert).is_some())
+    }
+
     /// Runs one statement against database `db`.
     pub async fn execute(&self, db: &str, stmt: &Statement) -> Result<Output> {
         if handling(stmt) == Handling::Sealion {
             return self.execute_catalog(db, stmt).await;
+        }
+        // Rows of literals go straight to the router (crate::insert).
+        if let Statement::Insert(insert) = stmt {
+            let literal = crate::insert::literal_rows(&self.shared.meta.state(), db, insert);
+            if let Some((table, batch)) = literal {
+                let rows = self.shared.router.write(&table, batch).await?;
+                return Ok(Output::Affected {
+                    tag: "INSERT".into(),
+                    rows,
+                });
+            }
         }
         let (state, plan) = self.plan(db, stmt).await?;
         let ctx = SessionContext::new_with_state(state);

@@ -1113,3 +1113,125 @@ async fn storage_nodes_answer_from_sealed_directories_and_count_what_they_read()
     assert_eq!(from_node.len(), 20);
     assert_eq!(from_node, from_sql);
 }
+
+/// `INSERT ... VALUES` of literals takes a direct path (no DataFusion
+/// plan); `INSERT ... SELECT * FROM (VALUES ...)` is planned by DataFusion.
+/// The same literals through both give the same rows, and what the direct
+/// path does not take (a mixed column, an expression, a bad value) still
+/// gets DataFusion's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn literal_inserts_store_what_datafusion_would() {
+    let s = start_standalone().await;
+    let pg = pg_connect(&s.pg_addr, "public").await;
+    for t in ["direct", "planned"] {
+        pg.simple_query(&format!(
+            "CREATE TABLE {t} (host TEXT, dc TEXT, temp DOUBLE, n BIGINT, ok BOOLEAN, note TEXT, \
+             time TIMESTAMP NOT NULL, PRIMARY KEY (host, dc, time))"
+        ))
+        .await
+        .unwrap();
+    }
+    // Rows with every literal form: integers and decimals (also negative)
+    // for DOUBLE, NULLs, booleans, quotes in text, times with and without
+    // an offset or a 'T'.
+    let mut rows = Vec::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let times = [
+        "2024-05-01T10:00:00Z",
+        "2024-05-01 10:00:01",
+        "2024-05-01T12:00:02+02:00",
+        "2024-05-01T10:00:03.250Z",
+    ];
+    for i in 0..200 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let temp = match x % 4 {
+            0 => format!("{}", (x % 200) as i64 - 100),
+            1 => format!("{}.{}", (x % 50) as i64 - 25, x % 10),
+            2 => "NULL".into(),
+            _ => format!("-{}.5", x % 9),
+        };
+        let n = if x % 5 == 0 {
+            "NULL".into()
+        } else {
+            format!("{}", (x % 1000) as i64 - 500)
+        };
+        let ok = ["true", "false", "NULL"][(x % 3) as usize];
+        let note = ["'it''s'", "NULL", "'plain'"][(x % 3) as usize];
+        let time = times[i % times.len()].replace(":0", &format!(":{:01}", (i / 4) % 6));
+        rows.push(format!(
+            "('h{}', 'dc{}', {temp}, {n}, {ok}, {note}, '{time}')",
+            i % 7,
+            i % 2
+        ));
+    }
+    let values = rows.join(", ");
+    let cols = "(host, dc, temp, n, ok, note, time)";
+    let direct = pg
+        .execute(&format!("INSERT INTO direct {cols} VALUES {values}"), &[])
+        .await
+        .unwrap();
+    let planned = pg
+        .execute(
+            &format!("INSERT INTO planned {cols} SELECT * FROM (VALUES {values})"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(direct, planned);
+    // Columns named in another order, and left out (NULL).
+    for (t, q) in [
+        (
+            "direct",
+            "INSERT INTO direct (time, note, host) VALUES ('2024-05-02T00:00:00Z', 'x', 'h9')",
+        ),
+        (
+            "planned",
+            "INSERT INTO planned (time, note, host) SELECT * FROM (VALUES ('2024-05-02T00:00:00Z', 'x', 'h9'))",
+        ),
+    ] {
+        assert_eq!(pg.execute(q, &[]).await.unwrap(), 1, "{t}");
+    }
+    let all = |t: &str| {
+        format!("SELECT host, dc, temp, n, ok, note, time FROM {t} ORDER BY host, dc, time")
+    };
+    let a = s.http.rows("public", &all("direct")).await;
+    let b = s.http.rows("public", &all("planned")).await;
+    assert!(a.len() > 100, "{}", a.len());
+    assert_eq!(a, b);
+
+    // What the direct path leaves to DataFusion: a column mixing text and
+    // numbers, an expression, a value that does not cast, no time.
+    for q in [
+        "INSERT INTO direct (host, temp, time) VALUES ('m', 1.5, '2024-05-03T00:00:00Z'), ('m', '2.5', '2024-05-03T00:00:01Z')",
+        "INSERT INTO direct (host, temp, time) VALUES ('e', 1 + 1, '2024-05-03T00:00:00Z')",
+    ] {
+        let n = pg.execute(q, &[]).await.unwrap();
+        assert!(n >= 1, "{q}");
+    }
+    for q in [
+        "INSERT INTO direct (host, temp, time) VALUES ('bad', 'warm', '2024-05-03T00:00:00Z')",
+        "INSERT INTO direct (host, temp, time) VALUES ('bad', 1.0, 'not a time')",
+        "INSERT INTO direct (host, temp, time) VALUES ('bad', 1.0, NULL)",
+        "INSERT INTO direct (host, temp) VALUES ('bad', 1.0)",
+        "INSERT INTO direct (host, nope, time) VALUES ('bad', 1.0, '2024-05-03T00:00:00Z')",
+    ] {
+        let e = pg.execute(q, &[]).await.unwrap_err();
+        assert!(!e.to_string().is_empty(), "{q}");
+    }
+    let bad = s
+        .http
+        .rows("public", "SELECT count(*) FROM direct WHERE host = 'bad'")
+        .await;
+    assert_eq!(
+        bad[0][0].as_i64().unwrap(),
+        0,
+        "a refused INSERT stores nothing"
+    );
+    let e = s
+        .http
+        .rows("public", "SELECT temp FROM direct WHERE host = 'e'")
+        .await;
+    assert_eq!(e[0][0].as_f64().unwrap(), 2.0);
+}
