@@ -155,6 +155,22 @@ class LineProtocolWriter:
         return time.perf_counter() - t, sum(rows)
 
 
+def binary_version(binary: Path) -> str:
+    """What ``binary --version`` prints."""
+    try:
+        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
+        return (out.stdout or out.stderr).strip()
+    except OSError as e:
+        return f"unknown ({e})"
+
+
+def psycopg_query(conn, q: str):
+    """Column names and every row of ``q`` over a psycopg connection."""
+    with conn.cursor() as cur:
+        cur.execute(q)
+        return [d.name for d in cur.description], cur.fetchall()
+
+
 def run_clients(worker, conns: list) -> float:
     """Runs ``worker(k)`` for each client k (one connection each in
     ``conns``) at once; returns the wall time; closes the connections."""
@@ -294,11 +310,7 @@ class Sealion:
         return {"system_partitions_cpu_bytes": cpu_bytes, **split}
 
     def version(self) -> str:
-        try:
-            out = subprocess.run([str(self.binary), "--version"], capture_output=True, text=True, timeout=30)
-            return (out.stdout or out.stderr).strip()
-        except OSError as e:
-            return f"unknown ({e})"
+        return binary_version(self.binary)
 
     def ingest_target(self):
         return LineProtocolWriter(self.http_port, "/api/v1/write?db=public&precision=s")
@@ -331,14 +343,10 @@ class SealionPg:
         return {"from": "the `sealion` process's data, over its PostgreSQL port"}
 
     def query(self, q: str):
-        with self.conn.cursor() as cur:
-            cur.execute(q)
-            return [d.name for d in cur.description], cur.fetchall()
+        return psycopg_query(self.conn, q)
 
     def run(self, q: str) -> None:
-        with self.conn.cursor() as cur:
-            cur.execute(q)
-            cur.fetchall()
+        psycopg_query(self.conn, q)
 
     def disk(self) -> dict:
         return {"note": "see sealion"}
@@ -418,7 +426,7 @@ class SealionCluster:
         return {"data_dir_bytes": du(self.dir / "data")}
 
     def version(self) -> str:
-        return Sealion.version(self) + f" (cluster: 1 meta, 3 storage, 1 query; replication factor {self.rf})"
+        return binary_version(self.binary) + f" (cluster: 1 meta, 3 storage, 1 query; replication factor {self.rf})"
 
     def stop(self) -> None:
         # SIGTERM to `sealion cluster`, which stops its processes; then the
@@ -608,14 +616,10 @@ class Postgres:
         return n - 1
 
     def query(self, q: str):
-        with self.conn.cursor() as cur:
-            cur.execute(q)
-            return [d.name for d in cur.description], cur.fetchall()
+        return psycopg_query(self.conn, q)
 
     def run(self, q: str) -> None:
-        with self.conn.cursor() as cur:
-            cur.execute(q)
-            cur.fetchall()
+        psycopg_query(self.conn, q)
 
     def disk(self) -> dict:
         # pg_partition_tree lists a partitioned table and its partitions; a

@@ -72,6 +72,22 @@ fn single_name(name: &ObjectName) -> Option<String> {
     }
 }
 
+/// Each literal of `values` through `pick`, NULLs kept as nulls; None when
+/// `pick` refuses one (another kind of literal, a number that does not
+/// parse).
+fn column_of<'a, T>(
+    values: &[Literal<'a>],
+    pick: impl Fn(&Literal<'a>) -> Option<T>,
+) -> Option<Vec<Option<T>>> {
+    values
+        .iter()
+        .map(|v| match v {
+            Literal::Null => Some(None),
+            v => pick(v).map(Some),
+        })
+        .collect()
+}
+
 /// The column of literals `values` as an Arrow array of their own type
 /// (text, integer, float or boolean; NULLs anywhere), None when kinds mix
 /// or a number does not parse.
@@ -79,56 +95,27 @@ fn literal_array(values: &[Literal<'_>]) -> Option<ArrayRef> {
     let kind = values.iter().find(|v| !matches!(v, Literal::Null));
     Some(match kind {
         None => new_null_array(&arrow::datatypes::DataType::Null, values.len()),
-        Some(Literal::Str(_)) => {
-            let mut out = Vec::with_capacity(values.len());
-            for v in values {
-                out.push(match v {
-                    Literal::Str(s) => Some(*s),
-                    Literal::Null => None,
-                    _ => return None,
-                });
-            }
-            Arc::new(StringArray::from(out))
-        }
-        Some(Literal::Bool(_)) => {
-            let mut out = Vec::with_capacity(values.len());
-            for v in values {
-                out.push(match v {
-                    Literal::Bool(b) => Some(*b),
-                    Literal::Null => None,
-                    _ => return None,
-                });
-            }
-            Arc::new(BooleanArray::from(out))
-        }
+        Some(Literal::Str(_)) => Arc::new(StringArray::from(column_of(values, |v| match v {
+            Literal::Str(s) => Some(*s),
+            _ => None,
+        })?)),
+        Some(Literal::Bool(_)) => Arc::new(BooleanArray::from(column_of(values, |v| match v {
+            Literal::Bool(b) => Some(*b),
+            _ => None,
+        })?)),
         Some(Literal::Num(_)) => {
-            let mut ints = Vec::with_capacity(values.len());
-            let mut all_int = true;
-            for v in values {
+            fn number<'b>(v: &'b Literal<'_>) -> Option<&'b str> {
                 match v {
-                    Literal::Num(n) => match n.parse::<i64>() {
-                        Ok(i) => ints.push(Some(i)),
-                        Err(_) => {
-                            all_int = false;
-                            break;
-                        }
-                    },
-                    Literal::Null => ints.push(None),
-                    _ => return None,
+                    Literal::Num(n) => Some(n),
+                    _ => None,
                 }
             }
-            if all_int {
-                Arc::new(Int64Array::from(ints))
-            } else {
-                let mut out = Vec::with_capacity(values.len());
-                for v in values {
-                    out.push(match v {
-                        Literal::Num(n) => Some(n.parse::<f64>().ok()?),
-                        Literal::Null => None,
-                        _ => return None,
-                    });
-                }
-                Arc::new(Float64Array::from(out))
+            // Integers when every number is one, else floats.
+            match column_of(values, |v| number(v)?.parse::<i64>().ok()) {
+                Some(ints) => Arc::new(Int64Array::from(ints)),
+                None => Arc::new(Float64Array::from(column_of(values, |v| {
+                    number(v)?.parse::<f64>().ok()
+                })?)),
             }
         }
         Some(Literal::Null) => return None,

@@ -428,52 +428,26 @@ fn build_batch(table: &Table, rows: &[Row<'_>]) -> Result<RecordBatch> {
             }
             (_, t) => {
                 let Some(values) = &fields[c] else { continue };
+                // The rows' values of one variant; null where a row has none.
+                macro_rules! field_array {
+                    ($variant:ident, $array:ty, $x:ident => $out:expr) => {
+                        Arc::new(
+                            values
+                                .iter()
+                                .map(|v| match v {
+                                    Some(Value::$variant($x)) => Some($out),
+                                    _ => None,
+                                })
+                                .collect::<$array>(),
+                        )
+                    };
+                }
                 match t {
-                    DataType::Float64 => Arc::new(
-                        values
-                            .iter()
-                            .map(|v| match v {
-                                Some(Value::F64(x)) => Some(*x),
-                                _ => None,
-                            })
-                            .collect::<Float64Array>(),
-                    ),
-                    DataType::Int64 => Arc::new(
-                        values
-                            .iter()
-                            .map(|v| match v {
-                                Some(Value::I64(x)) => Some(*x),
-                                _ => None,
-                            })
-                            .collect::<Int64Array>(),
-                    ),
-                    DataType::Uint64 => Arc::new(
-                        values
-                            .iter()
-                            .map(|v| match v {
-                                Some(Value::U64(x)) => Some(*x),
-                                _ => None,
-                            })
-                            .collect::<UInt64Array>(),
-                    ),
-                    DataType::Bool => Arc::new(
-                        values
-                            .iter()
-                            .map(|v| match v {
-                                Some(Value::Bool(x)) => Some(*x),
-                                _ => None,
-                            })
-                            .collect::<BooleanArray>(),
-                    ),
-                    _ => Arc::new(
-                        values
-                            .iter()
-                            .map(|v| match v {
-                                Some(Value::Str(x)) => Some(x.as_str()),
-                                _ => None,
-                            })
-                            .collect::<StringArray>(),
-                    ),
+                    DataType::Float64 => field_array!(F64, Float64Array, x => *x),
+                    DataType::Int64 => field_array!(I64, Int64Array, x => *x),
+                    DataType::Uint64 => field_array!(U64, UInt64Array, x => *x),
+                    DataType::Bool => field_array!(Bool, BooleanArray, x => *x),
+                    _ => field_array!(Str, StringArray, x => x.as_str()),
                 }
             }
         };

@@ -443,14 +443,7 @@ async fn a_replica_whose_rows_differ_is_refused_at_seal_and_repaired_from_the_pr
     // Make one backup of the first partition differ: a delete sent to it
     // alone, as if forwarded by the primary (the kind of divergence a bug or
     // a half-applied write would leave).
-    let table_id = http
-        .rows(
-            "public",
-            "SELECT table_id FROM system.tables WHERE table_name = 'w'",
-        )
-        .await[0][0]
-        .as_u64()
-        .unwrap();
+    let table_id = table_id(&http, "w").await;
     let first = http
         .rows(
             "public",
@@ -546,14 +539,7 @@ async fn a_new_primary_brings_backups_that_hold_an_unacknowledged_write_into_lin
         next += 40;
     }
     settled(&c, Duration::from_secs(30)).await;
-    let table_id = http
-        .rows(
-            "public",
-            "SELECT table_id FROM system.tables WHERE table_name = 'w'",
-        )
-        .await[0][0]
-        .as_u64()
-        .unwrap();
+    let table_id = table_id(&http, "w").await;
     let first = http
         .rows(
             "public",
@@ -676,4 +662,15 @@ async fn a_new_primary_brings_backups_that_hold_an_unacknowledged_write_into_lin
         (b["rows"][0][0].as_u64(), b["rows"][0][1].as_u64()),
         (Some(model(next, &[]).0), Some(model(next, &[]).1))
     );
+}
+
+/// The id of table `name` in database public.
+async fn table_id(http: &Http, name: &str) -> u64 {
+    http.rows(
+        "public",
+        &format!("SELECT table_id FROM system.tables WHERE table_name = '{name}'"),
+    )
+    .await[0][0]
+        .as_u64()
+        .unwrap()
 }
