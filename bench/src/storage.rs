@@ -17,10 +17,11 @@ use sealion_bench::tsbs::{
     DAY0_NS, FIELDS, Rng, STEP_NS, columns, cpu_seconds, generate, median, parquet_file,
     peak_rss_mib, sorted_by_host,
 };
-use sealion_common::proto::ScanRequest;
+use sealion_common::proto::{ColumnKind, ScanRequest};
 use sealion_format::columnar::{
     ColumnValues, Compression, EncodeOptions, Encoding, Page, decode_page, encode_page,
 };
+use sealion_format::sealed::SealedFile;
 use sealion_storage::engine::Engine;
 
 fn parquet_bytes(batches: &[RecordBatch], hosts: usize) -> anyhow::Result<u64> {
@@ -72,6 +73,50 @@ fn rss_mib() -> f64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|kb| kb.parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The sealed file under an engine's `root` (one partition), its bytes split
+/// into the time column's pages, the tag columns' pages, the field columns'
+/// pages, and the rest (header, directory, footer).
+fn bytes_by_kind(root: &std::path::Path) -> anyhow::Result<Vec<(&'static str, u64)>> {
+    let mut files = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "slf") {
+                files.push(p);
+            }
+        }
+    }
+    let [path] = files.as_slice() else {
+        bail!(
+            "expected one sealed file under {}, found {}",
+            root.display(),
+            files.len()
+        );
+    };
+    let f = SealedFile::open(path)?;
+    let mut parts = [
+        ("time pages", 0u64),
+        ("tag pages", 0),
+        ("field pages", 0),
+        ("header, directory, footer", 0),
+    ];
+    for g in f.row_groups() {
+        for (c, pages) in g.chunks.iter().enumerate() {
+            let k = match ColumnKind::try_from(f.columns()[c].kind) {
+                Ok(ColumnKind::Time) => 0,
+                Ok(ColumnKind::Tag) => 1,
+                _ => 2,
+            };
+            parts[k].1 += pages.iter().map(|p| u64::from(p.length)).sum::<u64>();
+        }
+    }
+    parts[3].1 = f.summary().bytes - parts[..3].iter().map(|p| p.1).sum::<u64>();
+    Ok(parts.to_vec())
 }
 
 /// `--seal-only DIR`: opens the engine in DIR, seals partition 1 and prints
@@ -170,6 +215,7 @@ fn main() -> anyhow::Result<()> {
     let mut wall = Vec::new();
     let mut cpu = Vec::new();
     let mut file_bytes = 0u64;
+    let mut breakdown = Vec::new();
     let mut check_rows = 0u64;
     for run in 0..=runs {
         let dir = tempfile::tempdir()?;
@@ -206,6 +252,7 @@ fn main() -> anyhow::Result<()> {
             },
         )?;
         check_rows = n;
+        breakdown = bytes_by_kind(dir.path())?;
     }
     if check_rows != rows as u64 {
         bail!("parity check failed: sealed partition returned {check_rows} rows, wrote {rows}");
@@ -299,6 +346,12 @@ fn main() -> anyhow::Result<()> {
         file_bytes as f64 / rows as f64,
         pq as f64 / rows as f64
     );
+    println!("| part of the sealed file | bytes | bytes per row |");
+    println!("|---|---|---|");
+    for (part, bytes) in &breakdown {
+        println!("| {part} | {bytes} | {:.3} |", *bytes as f64 / rows as f64);
+    }
+    println!();
     println!("| seal throughput | min | median | max |");
     println!("|---|---|---|---|");
     println!("| rows per CPU-second (all threads' CPU time) | {cmin:.0} | {cmed:.0} | {cmax:.0} |");

@@ -23,7 +23,7 @@ use sealion_partial::{AggregateKind, Finalize, State, Value as PValue};
 use super::{Output, Query, scan_rows};
 use crate::rows::{decode_key, encode_batch};
 use crate::sealed::writer::{Layout, write_sealed_with};
-use crate::sealed::{SealedFile, SortedRow};
+use crate::sealed::{SEALED_FORMAT_VERSION, SealedFile, SortedRow};
 
 const PID: u64 = 7;
 
@@ -840,11 +840,30 @@ fn seal(
     rows_per_group: usize,
     values_per_page: usize,
 ) -> SealedFile {
-    let path = dir.join(format!("p-{rows_per_group}-{values_per_page}.slf"));
+    seal_version(
+        dir,
+        rows,
+        rows_per_group,
+        values_per_page,
+        SEALED_FORMAT_VERSION,
+    )
+}
+
+fn seal_version(
+    dir: &std::path::Path,
+    rows: &[SortedRow],
+    rows_per_group: usize,
+    values_per_page: usize,
+    version: u32,
+) -> SealedFile {
+    let path = dir.join(format!(
+        "p-{rows_per_group}-{values_per_page}-v{version}.slf"
+    ));
     let layout = Layout {
         rows_per_group,
         values_per_page,
         parallel: false,
+        version,
     };
     write_sealed_with(&path, PID, &table(), rows.iter().cloned().map(Ok), layout).unwrap();
     SealedFile::open(&path).unwrap()
@@ -855,18 +874,21 @@ proptest! {
 
     /// The row path and the column paths over a sealed file (small row
     /// groups and pages, so the directory has something to skip) both answer
-    /// every request as the model does.
+    /// every request as the model does, in files of this build's format
+    /// version and of version 1 (which also holds tag pages).
     #[test]
     fn every_path_answers_as_the_model(
         rows in prop::collection::vec(row(), 0..300),
         reqs in prop::collection::vec(req(), 1..6),
         group in prop_oneof![Just(16usize), Just(64), Just(1000)],
         page in prop_oneof![Just(4usize), Just(16)],
+        version in prop_oneof![Just(1u32), Just(SEALED_FORMAT_VERSION)],
     ) {
         let stored = stored(&rows);
         let model = model_rows(&stored);
         let dir = tempfile::tempdir().unwrap();
-        let file = (!stored.is_empty()).then(|| seal(dir.path(), &stored, group, page));
+        let file = (!stored.is_empty())
+            .then(|| seal_version(dir.path(), &stored, group, page, version));
         for r in &reqs {
             let want = model_answer(r, &model);
             let req = to_proto(r);
@@ -1272,7 +1294,7 @@ fn a_tag_without_a_column_in_the_file_still_answers() {
     let layout = Layout {
         rows_per_group: 16,
         values_per_page: 4,
-        parallel: false,
+        ..Layout::default()
     };
     write_sealed_with(&path, PID, &old, rows.iter().cloned().map(Ok), layout).unwrap();
     let file = SealedFile::open(&path).unwrap();

@@ -11,8 +11,21 @@ use sealion_common::proto::Column;
 /// of the footer.
 pub const SEALED_MAGIC: [u8; 4] = *b"SLSF";
 
-/// The sealed file format version this build writes and reads.
-pub const SEALED_FORMAT_VERSION: u32 = 1;
+/// The sealed file format version this build writes.
+///
+/// - 1: every column, tags included, has pages in every row group.
+/// - 2: tag columns have no pages (their chunks are empty): a tag is constant
+///   within a series, and readers take it from the series key in the
+///   directory. Everything else is as in version 1.
+pub const SEALED_FORMAT_VERSION: u32 = 2;
+
+/// The oldest sealed format version this build reads.
+pub const OLDEST_READABLE_VERSION: u32 = 1;
+
+/// Whether files of `version` keep pages for tag columns.
+pub fn has_tag_pages(version: u32) -> bool {
+    version < 2
+}
 
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 24;
@@ -24,10 +37,10 @@ pub const FOOTER_LEN: usize = 40;
 /// header still has them), so one long string cannot bloat the directory.
 pub const MAX_DIRECTORY_TEXT_STAT: usize = 64;
 
-pub fn encode_header(partition_id: u64) -> [u8; HEADER_LEN] {
+pub fn encode_header(partition_id: u64, version: u32) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[0..4].copy_from_slice(&SEALED_MAGIC);
-    h[4..8].copy_from_slice(&SEALED_FORMAT_VERSION.to_le_bytes());
+    h[4..8].copy_from_slice(&version.to_le_bytes());
     h[8..16].copy_from_slice(&partition_id.to_le_bytes());
     // 16..20: reserved flags, zero in version 1.
     let crc = crc32c::crc32c(&h[0..20]);

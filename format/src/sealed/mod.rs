@@ -21,7 +21,7 @@
 //! engine merges in: series key *length*, then series key bytes, then time;
 //! each (series, time) once. The writer rejects any other order.
 //!
-//! # File layout (format version 1, little-endian)
+//! # File layout (format version 2, little-endian)
 //!
 //! | part | bytes |
 //! |---|---|
@@ -39,13 +39,20 @@
 //! them smaller per row (times jump back at each new series, and one jump
 //! widens every delta of a page).
 //! Every column of the table at seal time has a chunk in every row group:
-//! the time column as `Timestamp` pages; each tag column as `Text` pages,
-//! its value taken from the row's series key (null when the series lacks
-//! the tag); each field column by its type (`DOUBLE` → Float64, `BIGINT` →
-//! Int64, `BIGINT UNSIGNED` → UInt64, `BOOLEAN` → Bool, `TEXT` → Text), null
-//! where the row lacks the field. The page codec picks each page's encoding
-//! (delta-of-delta for times, frame-of-reference for integer-valued floats,
-//! dictionary and runs for tags, ...) and compression.
+//! the time column as `Timestamp` pages; each field column by its type
+//! (`DOUBLE` → Float64, `BIGINT` → Int64, `BIGINT UNSIGNED` → UInt64,
+//! `BOOLEAN` → Bool, `TEXT` → Text), null where the row lacks the field;
+//! each tag column as an empty chunk (no pages). A tag is constant within a
+//! series and every row's series key is in the directory, so readers take
+//! tags from there (null when the series lacks the tag). The page codec
+//! picks each page's encoding (delta-of-delta for times, frame-of-reference
+//! or delta for integer-valued floats, ...) and compression.
+//!
+//! Version 1 files (still read) differ only there: each tag chunk holds
+//! `Text` pages of the tag's value per row, filled from the series key.
+//! Readers never decode them. Dropping them took a sealed TSBS cpu-only day
+//! (100 hosts, ten tags) from 7.18 to 6.20 bytes per row: each tag page's
+//! header, statistics and directory entry cost more than its values.
 //!
 //! The directory holds:
 //! - the table's columns at seal time (chunk `i` is column `i`);

@@ -15,12 +15,13 @@ use sealion_common::proto::{Column, ColumnKind, ScanRequest};
 
 use super::filter::TagFilters;
 use super::format::{
-    self, Directory, FOOTER_LEN, HEADER_LEN, SEALED_FORMAT_VERSION, Stat, series_cmp, stat,
+    self, Directory, FOOTER_LEN, HEADER_LEN, OLDEST_READABLE_VERSION, SEALED_FORMAT_VERSION, Stat,
+    series_cmp, stat,
 };
 use super::value::{self, ChunkRole, ChunkSpec, FieldRef};
 use super::{MAX_ROWS_PER_GROUP, SealedSummary, SortedRow};
 use crate::columnar::{self, ColumnType, ColumnValues, MAX_PAGE_VALUES, Page, StatValue};
-use crate::rows::ColumnBuilder as Builder;
+use crate::rows::{ColumnBuilder as Builder, decode_series};
 use crate::{Error, Result};
 
 /// One series of the file, from the directory.
@@ -106,6 +107,10 @@ type Selection = (Vec<(usize, usize)>, Vec<Option<Page>>);
 #[derive(Debug, Clone, Copy)]
 enum Source {
     Chunk(usize),
+    /// A tag: constant within a series, so taken from the series key in the
+    /// directory (null where the key lacks it), never from pages. Format
+    /// version 1 files also hold tag pages; they are never read.
+    Tag,
     /// Not in the file (added to the table after sealing): all null.
     Missing,
 }
@@ -142,14 +147,24 @@ impl SealedFile {
         let header = header.map_err(|e| fail(pid, e))?;
         let footer = footer.map_err(|e| fail(pid, e))?;
         for v in [header.version, footer.version] {
-            if v != SEALED_FORMAT_VERSION {
+            if !(OLDEST_READABLE_VERSION..=SEALED_FORMAT_VERSION).contains(&v) {
                 return Err(fail(
                     pid,
                     format!(
-                        "unsupported sealed format version {v} (this build reads {SEALED_FORMAT_VERSION})"
+                        "unsupported sealed format version {v} (this build reads \
+                         {OLDEST_READABLE_VERSION} to {SEALED_FORMAT_VERSION})"
                     ),
                 ));
             }
+        }
+        if header.version != footer.version {
+            return Err(fail(
+                pid,
+                format!(
+                    "header says format version {}, footer says {}",
+                    header.version, footer.version
+                ),
+            ));
         }
         if header.partition_id != footer.partition_id {
             return Err(fail(
@@ -180,8 +195,15 @@ impl SealedFile {
         }
         let dir = Directory::decode(dir_bytes.as_slice())
             .map_err(|e| fail(pid, format!("directory does not decode: {e}")))?;
-        Self::from_directory(path, file, len, footer.directory_offset, dir)
-            .map_err(|e| fail(pid, format!("inconsistent directory: {e}")))
+        Self::from_directory(
+            path,
+            file,
+            len,
+            footer.directory_offset,
+            footer.version,
+            dir,
+        )
+        .map_err(|e| fail(pid, format!("inconsistent directory: {e}")))
     }
 
     fn from_directory(
@@ -189,11 +211,16 @@ impl SealedFile {
         file: File,
         len: u64,
         dir_offset: u64,
+        version: u32,
         dir: Directory,
     ) -> Result<SealedFile, String> {
-        if dir.format_version != SEALED_FORMAT_VERSION {
-            return Err(format!("directory version {}", dir.format_version));
+        if dir.format_version != version {
+            return Err(format!(
+                "directory version {}, the footer says {version}",
+                dir.format_version
+            ));
         }
+        let tag_pages = format::has_tag_pages(version);
         let specs = value::chunk_specs(&dir.columns)?;
         let time_chunk = specs
             .iter()
@@ -290,10 +317,14 @@ impl SealedFile {
                     offset += u64::from(p.length);
                     page_row = page_row.checked_add(p.rows).ok_or("page rows overflow")?;
                 }
-                if page_row != rg.rows {
+                let expected = if specs[c].role == ChunkRole::Tag && !tag_pages {
+                    0
+                } else {
+                    rg.rows
+                };
+                if page_row != expected {
                     return Err(format!(
-                        "row group {g} column {c} pages hold {page_row} rows of {}",
-                        rg.rows
+                        "row group {g} column {c} pages hold {page_row} rows of {expected}"
                     ));
                 }
                 chunks.push(pages);
@@ -552,6 +583,21 @@ impl SealedFile {
         Ok((ranges, decoded))
     }
 
+    /// The (name, value) tags of series `s` (an index into the directory's
+    /// series), from its key.
+    fn series_tags(&self, s: usize) -> Result<Vec<(&str, &str)>> {
+        self.series
+            .get(s)
+            .and_then(|info| decode_series(&info.key))
+            .ok_or_else(|| Error::Corrupt {
+                partition_id: self.partition_id,
+                reason: format!(
+                    "sealed file {}: bad series key {s} in the directory",
+                    self.path.display()
+                ),
+            })
+    }
+
     fn source_of(&self, c: &Column) -> Result<Source> {
         let found = self
             .specs
@@ -559,7 +605,13 @@ impl SealedFile {
             .position(|s| s.name == c.name)
             .or_else(|| (c.kind() == ColumnKind::Time).then_some(self.time_chunk));
         let Some(i) = found else {
-            return Ok(Source::Missing);
+            // A tag the file has no column for may still be in the series
+            // keys (tags sealed before the table listed them).
+            return Ok(if c.kind() == ColumnKind::Tag {
+                Source::Tag
+            } else {
+                Source::Missing
+            });
         };
         let want = match c.kind() {
             ColumnKind::Time => ColumnType::Timestamp,
@@ -573,6 +625,9 @@ impl SealedFile {
                 self.specs[i].ty,
                 self.path.display()
             )));
+        }
+        if self.specs[i].role == ChunkRole::Tag {
+            return Ok(Source::Tag);
         }
         Ok(Source::Chunk(i))
     }

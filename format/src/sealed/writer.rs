@@ -42,6 +42,10 @@ pub(crate) struct Layout {
     pub values_per_page: usize,
     /// Encode the columns of a row group on several threads.
     pub parallel: bool,
+    /// The format version to write: [`SEALED_FORMAT_VERSION`], or 1 (tag
+    /// pages included) to test that files written before version 2 read
+    /// the same.
+    pub version: u32,
 }
 
 impl Default for Layout {
@@ -50,6 +54,7 @@ impl Default for Layout {
             rows_per_group: super::ROWS_PER_GROUP,
             values_per_page: MAX_PAGE_VALUES,
             parallel: true,
+            version: SEALED_FORMAT_VERSION,
         }
     }
 }
@@ -93,6 +98,7 @@ pub(crate) fn write_sealed_with(
         || layout.values_per_page == 0
         || layout.values_per_page > MAX_PAGE_VALUES
         || layout.rows_per_group > super::MAX_ROWS_PER_GROUP
+        || !(format::OLDEST_READABLE_VERSION..=SEALED_FORMAT_VERSION).contains(&layout.version)
     {
         return Err(invalid(format!("bad layout {layout:?}")));
     }
@@ -340,7 +346,8 @@ struct CurrentSeries {
     rows: u64,
     last_time: i64,
     last_value: Vec<u8>,
-    /// The series' value of each tag chunk (indexed like `Writer::tag_chunks`).
+    /// The series' value of each tag chunk (indexed like `Writer::tag_chunks`),
+    /// kept only when the format has tag pages.
     tags: Vec<Option<String>>,
 }
 
@@ -352,7 +359,8 @@ struct Writer<'a> {
     out: BufWriter<File>,
     offset: u64,
     time_chunk: usize,
-    /// Chunk index of each tag column.
+    /// Chunk index of each tag column that gets pages (none from format
+    /// version 2 on: tags come from the series keys).
     tag_chunks: Vec<usize>,
     /// Field name -> chunk index.
     fields: HashMap<String, usize>,
@@ -383,17 +391,20 @@ impl<'a> Writer<'a> {
         file: File,
     ) -> Result<Self> {
         let mut out = BufWriter::with_capacity(1 << 20, file);
-        out.write_all(&format::encode_header(partition_id))?;
+        out.write_all(&format::encode_header(partition_id, layout.version))?;
         let time_chunk = specs
             .iter()
             .position(|s| s.role == ChunkRole::Time)
             .ok_or_else(|| Error::Internal("no time column".into()))?;
-        let tag_chunks = specs
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.role == ChunkRole::Tag)
-            .map(|(i, _)| i)
-            .collect();
+        let tag_chunks = match format::has_tag_pages(layout.version) {
+            true => specs
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.role == ChunkRole::Tag)
+                .map(|(i, _)| i)
+                .collect(),
+            false => Vec::new(),
+        };
         let fields = specs
             .iter()
             .enumerate()
@@ -423,7 +434,7 @@ impl<'a> Writer<'a> {
             group_max: i64::MIN,
             current: None,
             dir: Directory {
-                format_version: SEALED_FORMAT_VERSION,
+                format_version: layout.version,
                 partition_id,
                 columns: columns.to_vec(),
                 rows: 0,
@@ -728,7 +739,7 @@ impl<'a> Writer<'a> {
             directory_offset: self.offset,
             directory_len: dir.len() as u64,
             directory_crc: crc32c::crc32c(&dir),
-            version: SEALED_FORMAT_VERSION,
+            version: self.layout.version,
             partition_id: self.partition_id,
         };
         self.out.write_all(&dir)?;

@@ -25,7 +25,7 @@ use sealion_partial::{AggregateKind, State, SumOf, Value as PValue};
 use super::value::ChunkRole;
 use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
 use crate::columnar::{ColumnValues, Page, StatValue, Sum};
-use crate::rows::{ColumnBuilder, Value, decode_fields, decode_series};
+use crate::rows::{ColumnBuilder, Value, decode_fields};
 use crate::scan::predicate::{Expr, compare};
 use crate::scan::{CallSource, Metrics, Mode, Output, SeriesCtx, update};
 use crate::sealed::format::series_cmp;
@@ -291,14 +291,29 @@ impl SealedFile {
         }
         let mut kept: Ranges = Vec::new();
         let mut values: Vec<Option<Value>> = vec![None; sources.len()];
+        let any_tag = sources.iter().any(|s| matches!(s, Source::Tag));
         for &(a, b, s) in &ranges {
+            // Tags are constant over a range (one series).
+            if any_tag {
+                let tags = self.series_tags(s)?;
+                for (k, src) in sources.iter().enumerate() {
+                    if matches!(src, Source::Tag) {
+                        let name = &filter.columns[k].name;
+                        values[k] = tags
+                            .iter()
+                            .find(|(n, _)| n == name)
+                            .map(|(_, v)| Value::Str((*v).to_string()));
+                    }
+                }
+            }
             let mut run: Option<usize> = None;
             for row in a..b {
                 for (k, src) in sources.iter().enumerate() {
-                    values[k] = match *src {
-                        Source::Missing => None,
-                        Source::Chunk(c) => self.value_in(g, c, &dec, row),
-                    };
+                    match *src {
+                        Source::Missing => values[k] = None,
+                        Source::Tag => {}
+                        Source::Chunk(c) => values[k] = self.value_in(g, c, &dec, row),
+                    }
                 }
                 let keep = filter.keeps(&values);
                 match (keep, run) {
@@ -333,20 +348,7 @@ impl SealedFile {
             .iter()
             .map(|c| self.source_of(c))
             .collect::<Result<_>>()?;
-        // A tag is constant within a series, and every range below lies in
-        // one series: tags come from the series key (the writer filled the
-        // tag chunks from it), and their pages are never decoded.
-        let from_key: Vec<bool> = sources
-            .iter()
-            .zip(&q.projection)
-            .map(|(src, col)| {
-                col.kind() == ColumnKind::Tag
-                    && match *src {
-                        Source::Missing => true,
-                        Source::Chunk(c) => self.specs[c].role == ChunkRole::Tag,
-                    }
-            })
-            .collect();
+        let any_tag = sources.iter().any(|s| matches!(s, Source::Tag));
         let mut batch = OutBatch::new(&q.projection);
         let mut touched = 0;
         for g in 0..self.groups.len() {
@@ -357,18 +359,14 @@ impl SealedFile {
                 continue;
             };
             touched += 1;
-            for (s, key) in sources.iter().zip(&from_key) {
-                if let (Source::Chunk(c), false) = (*s, key) {
+            for s in &sources {
+                if let Source::Chunk(c) = *s {
                     self.ensure(g, c, &ranges, &mut dec)?;
                 }
             }
-            let any_from_key = from_key.iter().any(|&k| k);
             for &(a, b, series) in &ranges {
-                let tags = if any_from_key {
-                    decode_series(&self.series[series].key).ok_or_else(|| Error::Corrupt {
-                        partition_id: self.partition_id,
-                        reason: "bad series key in the directory".into(),
-                    })?
+                let tags = if any_tag {
+                    self.series_tags(series)?
                 } else {
                     Vec::new()
                 };
@@ -381,10 +379,9 @@ impl SealedFile {
                     let take = (SCAN_BATCH_ROWS - batch.rows).min(b - a).min(room as usize);
                     for (k, s) in sources.iter().enumerate() {
                         match *s {
-                            // Tags from the series key (also those sealed
-                            // without a column of their own, when the
-                            // table's columns were older than the rows).
-                            _ if from_key[k] => {
+                            // Every range lies in one series: its tags are
+                            // constant over the range.
+                            Source::Tag => {
                                 let name = &q.projection[k].name;
                                 match (&mut batch.builders[k], tags.iter().find(|(n, _)| n == name))
                                 {
