@@ -264,12 +264,13 @@ fn main() -> anyhow::Result<()> {
     let ints: Vec<i64> = (0..1024).map(|_| rng.below(101) as i64).collect();
     let times: Vec<i64> = (0..1024).map(|k| DAY0_NS + k * STEP_NS).collect();
     let mut w = 50i64;
-    let walk: Vec<f64> = (0..1024)
+    let walk_ints: Vec<i64> = (0..1024)
         .map(|_| {
             w = (w + rng.below(11) as i64 - 5).clamp(0, 100);
-            w as f64
+            w
         })
         .collect();
+    let walk: Vec<f64> = walk_ints.iter().map(|&v| v as f64).collect();
     let floats: Vec<f64> = (0..1024).map(|_| rng.below(1 << 52) as f64 / 7.3).collect();
     let text: Vec<String> = (0..1024).map(|k| format!("host_{}", k / 103)).collect();
     let page = |v: ColumnValues| Page {
@@ -299,6 +300,12 @@ fn main() -> anyhow::Result<()> {
             "integer-valued floats",
             &page(ColumnValues::Float64(walk)),
             Encoding::IntegerFloat,
+            runs,
+        )?,
+        decode_rate(
+            "random walk 0-100 by -5..=5, radix delta",
+            &page(ColumnValues::Int64(walk_ints)),
+            Encoding::RadixDelta,
             runs,
         )?,
         decode_rate(

@@ -1,5 +1,7 @@
 //! Integer encodings: plain, constant, run-length, frame-of-reference, delta
-//! and delta-of-delta, each ending in bit-packing, chosen per page by size.
+//! and delta-of-delta, each ending in bit-packing, and frame-of-reference
+//! and delta packed in base `range + 1` (radix packing) for small ranges
+//! that are not a power of two; chosen per page by size.
 //!
 //! Why this module exists: timestamps, BIGINT and BIGINT UNSIGNED columns,
 //! integer-valued floats, dictionary indexes and string lengths are all
@@ -25,13 +27,15 @@ use super::error::{ColumnarError, Result, corrupt};
 
 /// Integer encodings, in tie-break order: on equal size the earlier (and
 /// cheaper to decode) one wins.
-pub(crate) const INT_ENCODINGS: [Encoding; 6] = [
+pub(crate) const INT_ENCODINGS: [Encoding; 8] = [
     Encoding::Constant,
     Encoding::FrameOfReference,
     Encoding::Plain,
     Encoding::Delta,
     Encoding::DeltaOfDelta,
     Encoding::RunLength,
+    Encoding::RadixFrame,
+    Encoding::RadixDelta,
 ];
 
 /// One pass over the values: everything the size of each encoding depends on.
@@ -128,6 +132,11 @@ impl IntAnalysis {
                 let lens = for_size(self.runs, range(self.run_len_min, self.run_len_max))?;
                 Some(varint_len(self.runs as u64) + values + lens)
             }
+            Encoding::RadixFrame => radix_size(n, self.max.wrapping_sub(self.min)),
+            Encoding::RadixDelta => match n {
+                0 => Some(0),
+                _ => Some(8 + radix_size(n - 1, self.delta_max.wrapping_sub(self.delta_min))?),
+            },
             _ => None,
         }
     }
@@ -176,6 +185,88 @@ fn for_decode(r: &mut ByteReader<'_>, k: usize, out: &mut Vec<u64>) -> Result<()
     bits::unpack(r, k, width, min, out)
 }
 
+/// The radix of a radix block over values whose range (max - min) is
+/// `range`, and how many of its digits one 32-bit word holds; `None` when
+/// radix packing does not apply (a range of 0 or 1 packs as bits, a range
+/// of 2^16 or more at one value a word, worse than bit-packing).
+fn radix_of(range: u64) -> Option<(u32, usize)> {
+    if !(2..1 << 16).contains(&range) {
+        return None;
+    }
+    let radix = range as u32 + 1;
+    let (mut per_word, mut cap) = (0usize, 1u64);
+    while cap * u64::from(radix) <= 1 << 32 {
+        cap *= u64::from(radix);
+        per_word += 1;
+    }
+    Some((radix, per_word))
+}
+
+/// Size of a radix block of `k` values whose range is `range`: nothing for
+/// an empty block, else the minimum (8 bytes), the radix less one (2) and
+/// the words.
+fn radix_size(k: usize, range: u64) -> Option<usize> {
+    if k == 0 {
+        return Some(0);
+    }
+    let (_, per_word) = radix_of(range)?;
+    Some(10 + 4 * k.div_ceil(per_word))
+}
+
+/// Writes `values` as a radix block: the minimum, then each value's offset
+/// from it as a digit of base `max - min + 1`, the first value of a word in
+/// its lowest digit. Fails when radix packing does not apply.
+fn radix_encode(values: &[u64], out: &mut Vec<u8>) -> Result<()> {
+    let Some(&first) = values.first() else {
+        return Ok(());
+    };
+    let (min, max) = values
+        .iter()
+        .fold((first, first), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let (radix, per_word) = radix_of(max - min).ok_or_else(|| {
+        ColumnarError::Invalid("radix packing needs a range of 2 to 65535".into())
+    })?;
+    out.extend_from_slice(&min.to_le_bytes());
+    out.extend_from_slice(&((radix - 1) as u16).to_le_bytes());
+    out.reserve(4 * values.len().div_ceil(per_word));
+    for word in values.chunks(per_word) {
+        // Below radix^per_word <= 2^32: no overflow.
+        let w = word
+            .iter()
+            .rev()
+            .fold(0u64, |w, &v| w * u64::from(radix) + (v - min));
+        out.extend_from_slice(&(w as u32).to_le_bytes());
+    }
+    Ok(())
+}
+
+fn radix_decode(r: &mut ByteReader<'_>, k: usize, out: &mut Vec<u64>) -> Result<()> {
+    if k == 0 {
+        return Ok(());
+    }
+    let min = r.u64()?;
+    let radix = u32::from(r.u16()?) + 1;
+    let (radix, per_word) =
+        radix_of(u64::from(radix - 1)).ok_or_else(|| corrupt("radix out of range"))?;
+    let words = r.take(4 * k.div_ceil(per_word))?;
+    let divisor = strength_reduce::StrengthReducedU32::new(radix);
+    let mut left = k;
+    for word in words.chunks_exact(4) {
+        let mut w = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+        let digits = left.min(per_word);
+        for _ in 0..digits {
+            let (q, d) = strength_reduce::StrengthReducedU32::div_rem(w, divisor);
+            out.push(min.wrapping_add(u64::from(d)));
+            w = q;
+        }
+        if w != 0 {
+            return Err(corrupt("radix word holds more digits than its values"));
+        }
+        left -= digits;
+    }
+    Ok(())
+}
+
 /// Encodes `values` with `enc` (body only). Fails with `Invalid` when `enc`
 /// is not an integer encoding or cannot represent the values.
 pub(crate) fn encode(enc: Encoding, values: &[u64], out: &mut Vec<u8>) -> Result<()> {
@@ -198,11 +289,7 @@ pub(crate) fn encode(enc: Encoding, values: &[u64], out: &mut Vec<u8>) -> Result
         Encoding::Delta => {
             if let Some(&first) = values.first() {
                 out.extend_from_slice(&first.to_le_bytes());
-                let deltas: Vec<u64> = values
-                    .windows(2)
-                    .map(|w| signed_key(w[1].wrapping_sub(w[0]) as i64))
-                    .collect();
-                for_encode(&deltas, out);
+                for_encode(&deltas_of(values), out);
             }
         }
         Encoding::DeltaOfDelta => {
@@ -239,6 +326,13 @@ pub(crate) fn encode(enc: Encoding, values: &[u64], out: &mut Vec<u8>) -> Result
             for_encode(&run_values, out);
             for_encode(&run_lens, out);
         }
+        Encoding::RadixFrame => radix_encode(values, out)?,
+        Encoding::RadixDelta => {
+            if let Some(&first) = values.first() {
+                out.extend_from_slice(&first.to_le_bytes());
+                radix_encode(&deltas_of(values), out)?;
+            }
+        }
         other => {
             return Err(ColumnarError::Invalid(format!(
                 "{other:?} is not an integer encoding"
@@ -246,6 +340,24 @@ pub(crate) fn encode(enc: Encoding, values: &[u64], out: &mut Vec<u8>) -> Result
         }
     }
     Ok(())
+}
+
+/// Consecutive differences as signed keys (wrapping).
+fn deltas_of(values: &[u64]) -> Vec<u64> {
+    values
+        .windows(2)
+        .map(|w| signed_key(w[1].wrapping_sub(w[0]) as i64))
+        .collect()
+}
+
+/// `first` then each delta (a signed key) added in turn.
+fn undelta(first: u64, deltas: Vec<u64>, out: &mut Vec<u64>) {
+    let mut acc = first;
+    out.push(acc);
+    for dk in deltas {
+        acc = acc.wrapping_add(from_signed_key(dk) as u64);
+        out.push(acc);
+    }
 }
 
 /// Decodes exactly `n` values encoded with `enc` from `r`.
@@ -264,14 +376,19 @@ pub(crate) fn decode(enc: Encoding, r: &mut ByteReader<'_>, n: usize) -> Result<
         Encoding::FrameOfReference => for_decode(r, n, &mut out)?,
         Encoding::Delta => {
             if n > 0 {
-                let mut acc = r.u64()?;
+                let first = r.u64()?;
                 let mut deltas = Vec::with_capacity(n - 1);
                 for_decode(r, n - 1, &mut deltas)?;
-                out.push(acc);
-                for dk in deltas {
-                    acc = acc.wrapping_add(from_signed_key(dk) as u64);
-                    out.push(acc);
-                }
+                undelta(first, deltas, &mut out);
+            }
+        }
+        Encoding::RadixFrame => radix_decode(r, n, &mut out)?,
+        Encoding::RadixDelta => {
+            if n > 0 {
+                let first = r.u64()?;
+                let mut deltas = Vec::with_capacity(n - 1);
+                radix_decode(r, n - 1, &mut deltas)?;
+                undelta(first, deltas, &mut out);
             }
         }
         Encoding::DeltaOfDelta => {
@@ -435,6 +552,83 @@ mod tests {
         assert_eq!(size, 9 + 1024 * 7 / 8);
     }
 
+    /// A TSBS-style random walk: integers 0..=100 moving by -5..=5.
+    fn walk(n: usize, seed: u64) -> Vec<u64> {
+        let mut x = seed;
+        let mut v = 50i64;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                v = (v + (x % 11) as i64 - 5).clamp(0, 100);
+                signed_key(v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_random_walk_chooses_radix_delta_at_under_four_bits() {
+        let v = walk(1024, 99);
+        let (enc, size) = IntAnalysis::new(&v).best();
+        assert_eq!(enc, Encoding::RadixDelta);
+        // First value, minimum, radix, then 1,023 deltas 9 to a word.
+        assert_eq!(size, 8 + 8 + 2 + 4 * 1023usize.div_ceil(9));
+        assert!(size < IntAnalysis::new(&v).size(Encoding::Delta).unwrap() * 9 / 10);
+        round_trip(Encoding::RadixDelta, &v);
+    }
+
+    #[test]
+    fn radix_blocks_round_trip_at_every_boundary() {
+        for range in [2u64, 3, 4, 5, 10, 254, 255, 256, 65_534, 65_535] {
+            let (radix, per_word) = radix_of(range).unwrap();
+            assert_eq!(u64::from(radix), range + 1);
+            assert!(u64::from(radix).pow(per_word as u32) <= 1 << 32);
+            assert!(u128::from(radix).pow(per_word as u32 + 1) > 1 << 32);
+            for n in [1, per_word - 1, per_word, per_word + 1, 3 * per_word, 1024] {
+                let base = u64::MAX - range;
+                let values: Vec<u64> = (0..n as u64)
+                    .map(|i| base + (i * 7919 % (range + 1)))
+                    .chain([base, u64::MAX])
+                    .collect();
+                round_trip(Encoding::RadixFrame, &values);
+                let mut deltas = vec![0u64];
+                for (i, d) in values.iter().enumerate() {
+                    let step = from_signed_key(signed_key(*d as i64 % 3 - 1));
+                    deltas.push(deltas[i].wrapping_add(step as u64));
+                }
+                if IntAnalysis::new(&deltas)
+                    .size(Encoding::RadixDelta)
+                    .is_some()
+                {
+                    round_trip(Encoding::RadixDelta, &deltas);
+                }
+            }
+        }
+        assert_eq!(radix_of(0), None);
+        assert_eq!(radix_of(1), None);
+        assert_eq!(radix_of(1 << 16), None);
+        assert!(encode(Encoding::RadixFrame, &[0, 1 << 16], &mut Vec::new()).is_err());
+        assert!(encode(Encoding::RadixFrame, &[5, 6], &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn radix_decoder_rejects_bad_radixes_and_extra_digits() {
+        let mut buf = Vec::new();
+        encode(Encoding::RadixFrame, &[0, 1, 2], &mut buf).unwrap();
+        assert!(decode(Encoding::RadixFrame, &mut ByteReader::new(&buf), 3).is_ok());
+        // Radix 2 (stored as 1) is not a radix block.
+        let mut bad = buf.clone();
+        bad[8..10].copy_from_slice(&1u16.to_le_bytes());
+        assert!(decode(Encoding::RadixFrame, &mut ByteReader::new(&bad), 3).is_err());
+        // A word holding a digit beyond the values it declares.
+        let mut bad = buf.clone();
+        bad[10..14].copy_from_slice(&(2u32 + 3 * 1 + 9 * 2 + 27).to_le_bytes());
+        assert!(decode(Encoding::RadixFrame, &mut ByteReader::new(&bad), 3).is_err());
+        // Truncated words.
+        assert!(decode(Encoding::RadixFrame, &mut ByteReader::new(&buf[..12]), 3).is_err());
+    }
+
     #[test]
     fn rle_decoder_rejects_bad_run_lengths() {
         // Two runs of lengths 1 and 1 claimed for n = 3.
@@ -455,6 +649,8 @@ mod tests {
         prop_oneof![
             proptest::collection::vec(any::<u64>(), 0..300),
             proptest::collection::vec(0u64..4, 0..300),
+            proptest::collection::vec(0u64..11, 0..300),
+            (any::<u64>(), 0usize..300).prop_map(|(seed, n)| walk(n, seed | 1)),
             proptest::collection::vec(any::<i8>().prop_map(|v| signed_key(i64::from(v))), 0..300),
             (
                 any::<i64>(),
