@@ -129,6 +129,11 @@ pub struct Engine {
     sealing: Arc<Mutex<()>>,
     /// Next sequence number of the delete log.
     delete_seq: Arc<std::sync::atomic::AtomicU64>,
+    /// Writes and deletes of each partition's rows since the engine opened,
+    /// counted under `swap` held shared: a seal that finds the count at its
+    /// commit equal to the count at its snapshot knows every row it sealed
+    /// is still there unchanged, without reading them again.
+    changes: Arc<Mutex<HashMap<u64, u64>>>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -427,6 +432,7 @@ impl Engine {
         };
         Ok(Engine {
             delete_seq: Arc::new(std::sync::atomic::AtomicU64::new(next_seq)),
+            changes: Arc::new(Mutex::new(HashMap::new())),
             db: Arc::new(db),
             sealed_dir,
             sealed: Arc::new(RwLock::new(sealed)),
@@ -484,8 +490,102 @@ impl Engine {
                 }
             }
         }
+        self.note_changes(parts.iter().map(|(pid, _)| *pid))?;
         self.db.write_opt(batch, &opts)?;
         Ok(rows)
+    }
+
+    /// Adds to `batch` a delete of each live row of `partition_id` that is
+    /// unchanged since `snapshot` (so the new file holds it) and that no
+    /// delete in `newer` hides; true when that is every live row.
+    fn delete_sealed_rows(
+        &self,
+        partition_id: u64,
+        snapshot: &rocksdb::SnapshotWithThreadMode<'_, DB>,
+        prefix: &[u8],
+        newer: &[DeletePredicate],
+        batch: &mut WriteBatch,
+    ) -> Result<bool> {
+        // Live rows and the snapshot's rows, both in key order, walked
+        // together: a live row the file holds has the same key and value in
+        // the snapshot (no point lookup per row).
+        let mut then = snapshot
+            .iterator_opt(
+                IteratorMode::From(prefix, Direction::Forward),
+                partition_read_options(partition_id),
+            )
+            .peekable();
+        // Whether every live row goes (the usual case: nothing was
+        // written during the seal). Then one range tombstone replaces
+        // the per-row ones and the partition's late-row mark goes, so
+        // reads do not enter the range (RocksDB would step over every
+        // covered row until a compaction drops them).
+        let mut every_row_goes = true;
+        for item in self.partition_iter(partition_id) {
+            let (key, value) = item?;
+            let mut same = false;
+            while let Some(next) = then.peek() {
+                let (k, v) = match next {
+                    Ok(kv) => kv,
+                    Err(_) => {
+                        if let Some(Err(e)) = then.next() {
+                            return Err(e.into());
+                        }
+                        continue;
+                    }
+                };
+                match k[..].cmp(&key[..]) {
+                    std::cmp::Ordering::Less => {
+                        then.next();
+                    }
+                    std::cmp::Ordering::Equal => {
+                        same = v[..] == value[..];
+                        break;
+                    }
+                    std::cmp::Ordering::Greater => break,
+                }
+            }
+            if !same {
+                every_row_goes = false;
+                continue;
+            }
+            if !newer.is_empty() {
+                let (_, series, time_ns) = decode_key(&key).ok_or_else(|| Error::Corrupt {
+                    partition_id,
+                    reason: "bad key".into(),
+                })?;
+                let row = SortedRow {
+                    series: series.to_vec(),
+                    time_ns,
+                    value: Vec::new(),
+                };
+                let mut hidden = false;
+                for d in newer {
+                    hidden |= row_matches(d, &row, partition_id)?;
+                }
+                if hidden {
+                    every_row_goes = false;
+                    continue;
+                }
+            }
+            batch.delete(&key);
+        }
+        Ok(every_row_goes)
+    }
+
+    /// Counts a change to the rows of each of `partition_ids`; the caller
+    /// holds `swap` shared and writes after this.
+    fn note_changes(&self, partition_ids: impl Iterator<Item = u64>) -> Result<()> {
+        let mut changes = self.changes.lock().map_err(|_| poisoned())?;
+        for pid in partition_ids {
+            *changes.entry(pid).or_default() += 1;
+        }
+        Ok(())
+    }
+
+    fn changes_of(&self, partition_id: u64) -> Result<u64> {
+        let changes = self.changes.lock().map_err(|_| poisoned())?;
+        Ok(changes.get(&partition_id).copied().unwrap_or(0))
     }
 
     fn late_cf(&self) -> Result<&rocksdb::ColumnFamily> {
@@ -677,6 +777,7 @@ impl Engine {
             batch.put_cf(&cf, key, pred.encode_to_vec());
             let mut opts = WriteOptions::default();
             opts.set_sync(true);
+            self.note_changes(std::iter::once(partition_id))?;
             self.db.write_opt(batch, &opts)?;
         }
         let after = self.stats(partition_id)?.rows;
@@ -912,7 +1013,12 @@ impl Engine {
         let _one = self.sealing.lock().map_err(|_| poisoned())?;
         let existing = self.sealed_file(partition_id)?;
         let resealed = existing.is_some();
-        let snapshot = self.db.snapshot();
+        // Taken with no write in flight, so the count says exactly which
+        // writes the snapshot holds.
+        let (snapshot, changes_then) = {
+            let _exclusive = self.swap.write().map_err(|_| poisoned())?;
+            (self.db.snapshot(), self.changes_of(partition_id)?)
+        };
         let prefix = partition_prefix(partition_id);
         let has_open = has_rows_in(&snapshot, partition_id);
         let logged = self.snapshot_deletes(&snapshot, partition_id)?;
@@ -1004,70 +1110,12 @@ impl Engine {
                 .filter(|(seq, _)| !folded.contains(seq))
                 .map(|(_, d)| d)
                 .collect();
-            // Live rows and the snapshot's rows, both in key order, walked
-            // together: a live row the file holds has the same key and value
-            // in the snapshot (no point lookup per row).
-            let mut then = snapshot
-                .iterator_opt(
-                    IteratorMode::From(&prefix, Direction::Forward),
-                    partition_read_options(partition_id),
-                )
-                .peekable();
-            // Whether every live row goes (the usual case: nothing was
-            // written during the seal). Then one range tombstone replaces
-            // the per-row ones and the partition's late-row mark goes, so
-            // reads do not enter the range (RocksDB would step over every
-            // covered row until a compaction drops them).
-            let mut every_row_goes = true;
-            for item in self.partition_iter(partition_id) {
-                let (key, value) = item?;
-                let mut same = false;
-                while let Some(next) = then.peek() {
-                    let (k, v) = match next {
-                        Ok(kv) => kv,
-                        Err(_) => {
-                            if let Some(Err(e)) = then.next() {
-                                return Err(e.into());
-                            }
-                            continue;
-                        }
-                    };
-                    match k[..].cmp(&key[..]) {
-                        std::cmp::Ordering::Less => {
-                            then.next();
-                        }
-                        std::cmp::Ordering::Equal => {
-                            same = v[..] == value[..];
-                            break;
-                        }
-                        std::cmp::Ordering::Greater => break,
-                    }
-                }
-                if !same {
-                    every_row_goes = false;
-                    continue;
-                }
-                if !newer.is_empty() {
-                    let (_, series, time_ns) = decode_key(&key).ok_or_else(|| Error::Corrupt {
-                        partition_id,
-                        reason: "bad key".into(),
-                    })?;
-                    let row = SortedRow {
-                        series: series.to_vec(),
-                        time_ns,
-                        value: Vec::new(),
-                    };
-                    let mut hidden = false;
-                    for d in &newer {
-                        hidden |= row_matches(d, &row, partition_id)?;
-                    }
-                    if hidden {
-                        every_row_goes = false;
-                        continue;
-                    }
-                }
-                batch.delete(&key);
-            }
+            // No write or delete since the snapshot (the usual case: with
+            // replication the partition's lock keeps them out): every row
+            // the file holds is still there, unchanged, and nothing else is.
+            let unchanged = newer.is_empty() && self.changes_of(partition_id)? == changes_then;
+            let every_row_goes = unchanged
+                || self.delete_sealed_rows(partition_id, &snapshot, &prefix, &newer, &mut batch)?;
             if every_row_goes {
                 let (from, to) = partition_range(partition_id);
                 batch = WriteBatch::default();
@@ -1322,6 +1370,12 @@ impl Engine {
         let removed: Vec<Arc<SealedFile>> = {
             let _exclusive = self.swap.write().map_err(|_| poisoned())?;
             self.db.write_opt(batch, &opts)?;
+            {
+                let mut changes = self.changes.lock().map_err(|_| poisoned())?;
+                for pid in partition_ids {
+                    changes.remove(pid);
+                }
+            }
             let mut sealed = self.sealed.write().map_err(|_| poisoned())?;
             partition_ids
                 .iter()
@@ -2133,6 +2187,58 @@ mod tests {
         let n = ctx.metric(PerfMetric::NextOnMemtableCount);
         set_perf_stats(PerfStatsLevel::Disable);
         n
+    }
+
+    #[test]
+    fn a_seal_reads_its_rows_again_only_when_the_partition_changed_since_its_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let cols = columns();
+        let rows: Vec<(String, i64, f64)> = (0..2000)
+            .map(|i| (format!("h{}", i % 7), i, i as f64))
+            .collect();
+        let rows: Vec<(&str, i64, f64)> =
+            rows.iter().map(|(h, t, v)| (h.as_str(), *t, *v)).collect();
+        let e = Engine::open(dir.path()).unwrap();
+        e.write(&cols, &[(1, vec![batch(&rows)])]).unwrap();
+        let before = all_rows(&e, vec![1]);
+        // A write to another partition during the seal changes nothing here:
+        // the rows are read once, to write the file, and not again to commit.
+        let stepped = memtable_steps(|| {
+            e.seal_inner(1, &cols, None, None, &|| {
+                e.write(&cols, &[(2, vec![batch(&[("z", 1, 1.0)])])])
+                    .unwrap();
+            })
+            .unwrap();
+        });
+        assert!(
+            (2000..3000).contains(&stepped),
+            "{stepped} memtable steps to seal 2,000 rows"
+        );
+        assert_eq!(all_rows(&e, vec![1]), before);
+        assert_eq!(e.open_rows(1).unwrap(), 0);
+        assert_eq!(e.open_rows(2).unwrap(), 1);
+
+        // 500 late rows, and one more written during their reseal: that one
+        // must stay, so the commit compares row by row.
+        let late: Vec<(&str, i64, f64)> = rows[..500].iter().map(|&(h, t, v)| (h, t, -v)).collect();
+        e.write(&cols, &[(1, vec![batch(&late)])]).unwrap();
+        let stepped = memtable_steps(|| {
+            e.seal_inner(1, &cols, None, None, &|| {
+                e.write(&cols, &[(1, vec![batch(&[("h0", 0, 7.0)])])])
+                    .unwrap();
+            })
+            .unwrap();
+        });
+        assert!(stepped >= 1000, "{stepped} steps: the commit compared rows");
+        assert_eq!(
+            e.open_rows(1).unwrap(),
+            1,
+            "the row written during the reseal"
+        );
+        let after = all_rows(&e, vec![1]);
+        assert_eq!(after.len(), 2000);
+        assert!(after.contains(&(Some("h0".into()), 0, Some(7.0))));
+        assert!(after.contains(&(Some("h1".into()), 1, Some(-1.0))));
     }
 
     #[test]
