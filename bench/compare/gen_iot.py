@@ -19,7 +19,9 @@ same rows. What makes it unlike cpu-only:
   file holds them out of order (a reading is written when it arrives).
 
 ``python3 bench/compare/gen_iot.py --scale quick --out DIR`` writes them
-alone.
+alone. ``run.py --query-data iot`` loads ``QUERY_DAYS[scale]`` days of them
+into the query systems (in ``<data>/iot/``); ``run.py --ingest-data iot``
+writes as many days as its ingest runs need (in ``<data>/``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ LATE_MIN_S, LATE_MAX_S = 60, 3600
 LATE_SHARE = 0.05
 GAP_START_P = 0.002
 SPARSE_SHARE = 0.01
+# Days of readings the IoT query pass loads (run.py --query-data iot):
+# quick 100 trucks x 2 days (~1.45M rows), full 500 trucks x 3 days (~11M).
+QUERY_DAYS = {"quick": 2.0, "full": 3.0}
 
 
 def trucks_of(scale: Scale) -> int:
@@ -114,7 +119,10 @@ def generate_iot(scale: Scale, out: Path, seed: int = 1, days: float = 1.0) -> d
     out.mkdir(parents=True, exist_ok=True)
     marker = out / f"done-iot-{scale.name}-{seed}-{days}"
     if marker.exists():
-        return json.loads(marker.read_text())
+        return {**json.loads(marker.read_text()), "reused": True}
+    # The files are about to be replaced: no marker may describe old ones.
+    for old in out.glob("done-iot-*"):
+        old.unlink()
     rows = readings(scale, seed, days)
     tags = [truck_tags(k) for k in range(trucks_of(scale))]
     prefix = ["readings," + ",".join(f"{t}={v}" for t, v in zip(IOT_TAGS, tg)) + " " for tg in tags]

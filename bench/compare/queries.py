@@ -24,6 +24,12 @@ drawn from a seeded xorshift so every run asks the same questions.
 column name because each system lists the columns in its own order.
 
 Time literals are UTC; every session runs with TimeZone UTC.
+
+``build_iot`` is the IoT set (``run.py --query-data iot``), asked of the
+``readings`` table of gen_iot.py: the TSBS IoT queries in spirit, adapted
+to the fields the shape has (see its docstring), plus lookups with no time
+predicate. Its time bounds are literals computed from the data's start and
+length, never ``now()``.
 """
 
 from __future__ import annotations
@@ -100,6 +106,107 @@ def last_per_host(d: str, cols: str) -> str:
 
 def _all(f) -> dict[str, str]:
     return {d: f(d) for d in DIALECTS}
+
+
+def bin_of(d: str, n: int, unit: str, col: str = "time") -> str:
+    """The start of the ``n`` ``unit`` ('minute', 'day') bucket holding
+    ``col``; buckets aligned to the epoch (every dialect's origin is a
+    midnight, so 10-minute and day buckets fall at the same instants)."""
+    if d in ("sealion", "datafusion"):
+        return f"date_bin(INTERVAL '{n} {unit}s', {col})"
+    if d == "postgres":
+        return f"date_bin('{n} {unit}s', {col}, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
+    if d == "duckdb":
+        return f"time_bucket(INTERVAL '{n} {unit}s', {col})"
+    if d == "chdb":
+        return f"toStartOfInterval({col}, INTERVAL {n} {unit})"
+    raise ValueError(d)
+
+
+def last_per_truck(d: str, cols: str, where: str = "") -> str:
+    """The newest row of each truck (``DISTINCT ON`` where the dialect has it)."""
+    w = f" WHERE {where}" if where else ""
+    if d == "chdb":
+        return f"SELECT {cols} FROM readings{w} ORDER BY name, time DESC LIMIT 1 BY name"
+    return f"SELECT DISTINCT ON (name) {cols} FROM readings{w} ORDER BY name, time DESC"
+
+
+# Thresholds of the IoT set. gen_iot.py draws each reading's velocity
+# uniformly from 0..120 (no truck ever stands still for ten minutes), and
+# its fuel_consumption is a random walk in 1..60 (there is no fuel level):
+STATIONARY_BELOW = 52.0  # TSBS: avg velocity < 1; here ~10% of the trucks
+FUEL_ABOVE = 25.0  # TSBS low-fuel: fuel_state < 0.1; here latest consumption > 25
+DRIVING_ABOVE = 1.0  # a 10-minute bucket is "driving" when avg velocity > 1 (as TSBS)
+LONG_SESSION_BUCKETS = 22  # TSBS: more than 22 of the last 24 ten-minute buckets driving
+
+
+def build_iot(scale: Scale, days: float) -> list[Query]:
+    """The IoT queries over ``days`` days of gen_iot.py's readings."""
+    from gen_iot import FLEETS, trucks_of
+
+    rng = _Rng(7)
+    end = START_S + int(days * DAY_S)
+
+    def truck() -> str:
+        return f"truck_{rng.below(trucks_of(scale))}"
+
+    out: list[Query] = []
+    # TSBS last-loc: where every truck is now (its newest reading).
+    out.append(Query("last-loc", "iot", _all(
+        lambda d: last_per_truck(d, "name, driver, time, latitude, longitude"))))
+    # TSBS low-fuel, adapted: the trucks of one fleet whose newest reading
+    # has fuel_consumption above the threshold (the filter is on the newest
+    # row, so it must not be pushed below the DISTINCT ON).
+    fleet = FLEETS[rng.below(len(FLEETS))]
+    out.append(Query("low-fuel (latest fuel_consumption > 25)", "iot", _all(lambda d: (
+        f"SELECT name, driver, time, fuel_consumption FROM ("
+        f"{last_per_truck(d, 'name, driver, time, fuel_consumption', f'fleet = {chr(39)}{fleet}{chr(39)}')}"
+        f") AS l WHERE fuel_consumption > {FUEL_ABOVE} ORDER BY name"))))
+    out.append(Query("high-load", "iot", {d: None for d in DIALECTS}, skip={
+        "every system": "the IoT shape has no current_load / load_capacity fields (TSBS keeps them in its "
+                        "diagnostics table, which gen_iot.py does not generate)"}))
+    # TSBS stationary-trucks: avg velocity over the last 10 minutes of the
+    # data below a threshold (sparse rows' NULL velocity is left out of avg).
+    t0 = end - 600
+    out.append(Query("stationary-trucks (avg velocity < 52, last 10 min)", "iot", _all(lambda d: (
+        f"SELECT name, driver, avg(velocity) AS v FROM readings WHERE time >= {ts(d, t0)} AND time < {ts(d, end)} "
+        f"GROUP BY name, driver HAVING avg(velocity) < {STATIONARY_BELOW} ORDER BY name"))))
+    # TSBS long-driving-sessions: over the last 4 hours, the trucks with more
+    # than 22 ten-minute buckets whose avg velocity is above 1 (a bucket
+    # whose rows all lack velocity has a NULL avg and does not count).
+    t0 = end - 4 * HOUR_S
+    out.append(Query("long-driving-sessions (last 4 h)", "iot", _all(lambda d: (
+        f"SELECT name, driver, count(*) AS n FROM (SELECT name, driver, {bin_of(d, 10, 'minute')} AS ten "
+        f"FROM readings WHERE time >= {ts(d, t0)} AND time < {ts(d, end)} GROUP BY name, driver, ten "
+        f"HAVING avg(velocity) > {DRIVING_ABOVE}) AS s GROUP BY name, driver "
+        f"HAVING count(*) > {LONG_SESSION_BUCKETS} ORDER BY name"))))
+    # TSBS avg-daily-driving-duration, per truck: for each day of the data,
+    # the ten-minute buckets driven (avg velocity above 1); hours = n / 6.
+    out.append(Query("avg-daily-driving-duration (per truck and day)", "iot", _all(lambda d: (
+        f"SELECT fleet, name, driver, {bin_of(d, 1, 'day', 'ten')} AS day, count(*) AS n FROM ("
+        f"SELECT fleet, name, driver, {bin_of(d, 10, 'minute')} AS ten FROM readings "
+        f"WHERE time >= {ts(d, START_S)} AND time < {ts(d, end)} GROUP BY fleet, name, driver, ten "
+        f"HAVING avg(velocity) > {DRIVING_ABOVE}) AS s GROUP BY fleet, name, driver, day "
+        f"ORDER BY fleet, name, day"))))
+    # TSBS avg-vs-projected-fuel-consumption without the projection (no
+    # nominal_fuel_consumption field): per fleet, over all history, the avg
+    # fuel_consumption of the readings taken while moving. Sparse rows
+    # (NULL velocity) fail the filter everywhere.
+    out.append(Query("avg-fuel-consumption per fleet (moving, all history)", "iot", _all(lambda d: (
+        f"SELECT fleet, avg(fuel_consumption) AS f, count(*) AS n FROM readings WHERE velocity > {DRIVING_ABOVE} "
+        f"GROUP BY fleet ORDER BY fleet"))))
+    out.append(Query("breakdown-frequency", "iot", {d: None for d in DIALECTS}, skip={
+        "every system": "needs a status field (the IoT shape has none) and a window over each truck's "
+                        "readings (lag), whose dialects differ too much for one side-by-side query"}))
+    # No time predicate: one truck's newest row; one truck's every row (the
+    # late rows must be in place, the sparse ones NULL, in every system).
+    k = truck()
+    out.append(Query("one truck's latest row", "iot", _all(
+        lambda d: f"SELECT * FROM readings WHERE name = '{k}' ORDER BY time DESC LIMIT 1"), by_name=True))
+    k = truck()
+    out.append(Query("one truck's readings over all history", "iot", _all(
+        lambda d: f"SELECT time, velocity, heading, fuel_consumption FROM readings WHERE name = '{k}' ORDER BY time")))
+    return out
 
 
 def build(scale: Scale) -> list[Query]:
@@ -214,7 +321,14 @@ if __name__ == "__main__":
 
     from gen import SCALES
 
-    for q in build(SCALES[sys.argv[1] if len(sys.argv) > 1 else "quick"]):
+    # queries.py [quick|full] [cpu|iot]
+    sc = SCALES[sys.argv[1] if len(sys.argv) > 1 else "quick"]
+    if len(sys.argv) > 2 and sys.argv[2] == "iot":
+        from gen_iot import QUERY_DAYS
+        qs = build_iot(sc, QUERY_DAYS[sc.name])
+    else:
+        qs = build(sc)
+    for q in qs:
         print(f"## {q.name} ({q.group})")
         for d in DIALECTS:
-            print(f"  {d:10} {q.sql.get(d) or 'not run: ' + q.skip.get(d, '')}")
+            print(f"  {d:10} {q.sql.get(d) or 'not run: ' + q.skip.get(d, q.skip.get('every system', ''))}")

@@ -26,6 +26,15 @@ def _ms(t: dict | None) -> str:
     return f"{t['median'] * 1e3:.1f} ({t['min'] * 1e3:.1f}–{t['max'] * 1e3:.1f})"
 
 
+def _iot(r: dict) -> bool:
+    return r.get("query_data") == "iot"
+
+
+def _table(r: dict) -> tuple[str, str, int]:
+    """The queried table, its key tag and its number of fields."""
+    return ("readings", "name", 7) if _iot(r) else ("cpu", "hostname", 10)
+
+
 def _systems(r: dict) -> list[str]:
     have = list(r.get("load", {}))
     return [s for s in ORDER if s in have] + [s for s in have if s not in ORDER]
@@ -81,7 +90,8 @@ def charts(r: dict, stem: Path) -> list[str]:
         ax.invert_yaxis()
         ax.set_xscale("log")
         ax.set_xlabel("median latency, ms (log scale); missing bar: withheld or not run")
-        title = f"Query latency, {r['scale']} scale ({r['data']['rows']:,} rows)"
+        title = (f"Query latency, {'IoT queries, ' if _iot(r) else ''}{r['scale']} scale "
+                 f"({r['data']['rows']:,} rows)")
         if r.get("sealion_build") and r["sealion_build"] != "release":
             title += f" — Sealion {r['sealion_build'].upper()} build"
         ax.set_title(title)
@@ -122,7 +132,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
     d = r.get("data", {})
     systems = _systems(r)
     build = r.get("sealion_build")
-    L.append(f"# Sealion against peers: {r['scale']} scale, {r['started'][:10]}\n")
+    table, key, n_fields = _table(r)
+    L.append(f"# Sealion against peers: {r['scale']} scale{', IoT queries' if _iot(r) else ''}, "
+             f"{r['started'][:10]}\n")
     if build and build != "release":
         L.append(f"> **This is a {build.upper()}-build run of Sealion** (`{r.get('sealion_binary')}`). "
                  "Its Sealion timings and ingest rates are not representative of Sealion; the parity results, "
@@ -142,14 +154,28 @@ def markdown(r: dict, pngs: list[str]) -> str:
                  f"{oc['wall_s']:.0f} s of query timing ({oc['other_cores_busy']:.2f} of the "
                  f"{m['cores']} cores busy on average: the machine's busy time from /proc/stat less this run's "
                  f"processes; the longest-lived of them: {top or 'none'}). The figures were taken beside that load.")
-    L.append(f"- Data: TSBS cpu-only, {d.get('rows', 0):,} rows ({d.get('hosts')} hosts x "
-             f"{d.get('readings_per_host', 0):,} readings, every {d.get('interval_s')} s, "
-             f"{d.get('start')} to {d.get('end')}), 10 tags, 10 integer fields 0-100 stored as DOUBLE, seed "
-             f"{d.get('seed')}; {d.get('events', 0):,} events for the as-of join. Line protocol "
-             f"{d.get('lp_bytes', 0):,} B, CSV {d.get('csv_bytes', 0):,} B, zstd Parquet {d.get('parquet_bytes', 0):,} B "
-             f"in {d.get('parquet_files')} files ("
-             + ("reused from an earlier run with the same scale and seed)." if d.get("reused")
-                else f"generated in {d.get('generate_s', 0):.1f} s)."))
+    if _iot(r):
+        L.append(f"- Data: the IoT shape (`--query-data iot`, bench/compare/gen_iot.py), table `readings`: "
+                 f"{d.get('rows', 0):,} rows from {d.get('trucks')} trucks over {d.get('days'):g} days from "
+                 f"{d.get('start')} to {d.get('end')}, a reading every {d.get('interval_s')} s moved by -2..+2 s "
+                 "of jitter (the first ones 2 s before the start), gaps (a truck offline for 1-30 minutes), "
+                 f"{d.get('sparse_rows', 0):,} sparse rows (no velocity, heading: NULL), {d.get('late_rows', 0):,} "
+                 f"late rows ({d.get('out_of_order_rows', 0):,} out of time order in the line protocol and CSV "
+                 "files, which hold the rows in arrival order); 5 tags (name, fleet, driver, model, "
+                 f"device_version), 7 DOUBLE fields; seed {d.get('seed')}. Line protocol {d.get('lp_bytes', 0):,} B, "
+                 f"CSV {d.get('csv_bytes', 0):,} B, zstd Parquet {d.get('parquet_bytes', 0):,} B in one file "
+                 "(sorted by name, time) ("
+                 + ("reused from an earlier run with the same scale, seed and days)." if d.get("reused")
+                    else f"generated in {d.get('generate_s', 0):.1f} s)."))
+    else:
+        L.append(f"- Data: TSBS cpu-only, {d.get('rows', 0):,} rows ({d.get('hosts')} hosts x "
+                 f"{d.get('readings_per_host', 0):,} readings, every {d.get('interval_s')} s, "
+                 f"{d.get('start')} to {d.get('end')}), 10 tags, 10 integer fields 0-100 stored as DOUBLE, seed "
+                 f"{d.get('seed')}; {d.get('events', 0):,} events for the as-of join. Line protocol "
+                 f"{d.get('lp_bytes', 0):,} B, CSV {d.get('csv_bytes', 0):,} B, zstd Parquet {d.get('parquet_bytes', 0):,} B "
+                 f"in {d.get('parquet_files')} files ("
+                 + ("reused from an earlier run with the same scale and seed)." if d.get("reused")
+                    else f"generated in {d.get('generate_s', 0):.1f} s)."))
     st = r["settings"]
     L.append(f"- Timing: {st['warmup']} warm-up, then {st['runs']} timed runs per query per system; "
              "median (min–max) in ms, wall time on the client, the full answer fetched. Embedded systems "
@@ -168,12 +194,14 @@ def markdown(r: dict, pngs: list[str]) -> str:
     if r.get("postgres_settings"):
         ps = ", ".join(f"{k}={v}" for k, v in r["postgres_settings"].items())
         L.append(f"- PostgreSQL settings (both layouts, one cluster): {ps}. `postgres-plain`: one table, "
-                 "B-tree on (hostname, time). `postgres-part`: partitioned by day on time, the same index. "
+                 f"B-tree on ({key}, time). `postgres-part`: partitioned by day on time, the same index. "
                  "VACUUM ANALYZE after loading.")
-    L.append("- chDB: MergeTree, ORDER BY (hostname, time), PARTITION BY day, tags as String, "
-             "OPTIMIZE TABLE FINAL after loading. DuckDB: a file database, rows inserted sorted by "
-             "(hostname, time). DataFusion: over the zstd Parquet files (one per day, sorted by hostname, time), "
-             "2 target partitions.")
+    L.append(f"- chDB: MergeTree, ORDER BY ({key}, time), PARTITION BY day, tags as String, "
+             + ("fields as Nullable(Float64), " if _iot(r) else "")
+             + "OPTIMIZE TABLE FINAL after loading. DuckDB: a file database, rows inserted sorted by "
+             f"({key}, time). DataFusion: over the zstd Parquet "
+             + ("file (sorted by name, time)" if _iot(r) else "files (one per day, sorted by hostname, time)")
+             + ", 2 target partitions.")
     L.append("")
     L.append("Versions:\n")
     for s in systems:
@@ -292,9 +320,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
     if r.get("disk"):
         L.append("## Bytes on disk\n")
         rows = d.get("rows", 0)
-        vals = rows * 10
-        L.append(f"Per field value: bytes over {vals:,} values ({rows:,} rows x 10 fields; time and tags "
-                 "included in the bytes). The `cpu` table only unless said. Measured once, after the query "
+        vals = rows * n_fields
+        L.append(f"Per field value: bytes over {vals:,} values ({rows:,} rows x {n_fields} fields; time and tags "
+                 f"included in the bytes). The `{table}` table only unless said. Measured once, after the query "
                  "timings (Sealion: after the seal, before the ingest runs); whether a system reclaims more "
                  "later (compaction, log recycling) is not measured.\n")
         L.append("| system | bytes | per value | what was counted |")
@@ -305,14 +333,16 @@ def markdown(r: dict, pngs: list[str]) -> str:
                 L.append(f"| {s} | - | - | error: {x['error']} |")
                 continue
             if s == "sealion":
-                b = x.get("system_partitions_cpu_bytes")
-                L.append(f"| {s} | {b:,} | {b / vals:.3f} | `bytes` of the cpu partitions in system.partitions |"
+                b = x.get("system_partitions_table_bytes", x.get("system_partitions_cpu_bytes"))
+                L.append(f"| {s} | {b:,} | {b / vals:.3f} | `bytes` of the {table} partitions in system.partitions |"
                          if b else f"| {s} | - | - | system.partitions gave no bytes |")
                 L.append(f"| sealion (data dir) | {x['data_dir_bytes']:,} | {x['data_dir_bytes'] / vals:.3f} | "
-                         "every file under --data-dir (both tables, sealed files, RocksDB, meta) |")
+                         "every file under --data-dir (" + ("" if _iot(r) else "both tables, ")
+                         + "sealed files, RocksDB, meta) |")
                 if "sealed_dir_bytes" in x:
                     L.append(f"| sealion (of which sealed files) | {x['sealed_dir_bytes']:,} | "
-                             f"{x['sealed_dir_bytes'] / vals:.3f} | `storage/sealed` (cpu and events) |")
+                             f"{x['sealed_dir_bytes'] / vals:.3f} | `storage/sealed`"
+                             + ("" if _iot(r) else " (cpu and events)") + " |")
                     L.append(f"| sealion (of which RocksDB) | {x['rocksdb_dir_bytes']:,} | "
                              f"{x['rocksdb_dir_bytes'] / vals:.3f} | `storage/rows`: write-ahead logs "
                              f"{x['rocksdb_log_bytes']:,}, table files {x['rocksdb_sst_bytes']:,} |")
@@ -323,13 +353,13 @@ def markdown(r: dict, pngs: list[str]) -> str:
                          f"{x['table_bytes']:,} + indexes {x['index_bytes']:,} |")
             elif s == "duckdb":
                 L.append(f"| {s} | {x['file_bytes']:,} | {x['file_bytes'] / vals:.3f} | the database file "
-                         "(both tables) |")
+                         + ("|" if _iot(r) else "(both tables) |"))
             elif s == "chdb":
-                L.append(f"| {s} | {x['parts_bytes']:,} | {x['parts_bytes'] / vals:.3f} | active parts of cpu "
+                L.append(f"| {s} | {x['parts_bytes']:,} | {x['parts_bytes'] / vals:.3f} | active parts of {table} "
                          "(system.parts) |")
             elif s == "datafusion":
                 L.append(f"| {s} | {x['parquet_bytes']:,} | {x['parquet_bytes'] / vals:.3f} | the zstd Parquet "
-                         "files |")
+                         + ("file |" if _iot(r) else "files |"))
         for n, x in r.get("ingest", {}).get("disk", {}).items():
             b = x.get("data_dir_bytes", 0) + x.get("wal_dir_bytes", 0)
             L.append(f"| {n} | {b:,} | {b / vals:.3f} | data dir" + (" + WAL dir" if "wal_dir_bytes" in x else "")
@@ -355,7 +385,7 @@ def markdown(r: dict, pngs: list[str]) -> str:
                      f"trucks, a reading every 10 s with -2..+2 s of jitter, gaps, {sh['sparse_rows']:,} sparse rows "
                      f"and {sh['late_rows']:,} late rows of {sh['rows']:,} ({sh['out_of_order_rows']:,} out of time "
                      "order in the file), 5 tags and 7 DOUBLE fields; each run sends the file's first rows in "
-                     "arrival order. Bytes on disk above are still of the cpu data set.\n")
+                     f"arrival order. Bytes on disk above are of the query systems' `{table}` table.\n")
         names = [n for n in INGEST_ORDER if n in ing.get("stats", {})] + [
             n for n in ing.get("stats", {}) if n not in INGEST_ORDER]
         cl = st["ingest_clients"]
@@ -384,7 +414,8 @@ def markdown(r: dict, pngs: list[str]) -> str:
         L.append("Sealion's SQL for each query (every dialect's text is in the JSON beside this file and in "
                  "bench/compare/queries.py).\n")
         for q in r["queries"]:
-            L.append(f"- {q['name']}: `{q['sql'].get('sealion')}`")
+            sql = q["sql"].get("sealion")
+            L.append(f"- {q['name']}: `{sql}`" if sql else f"- {q['name']}: not run (see above)")
         L.append("")
     L.append(f"Run took {r.get('wall_s', 0):.0f} s in all. Raw figures: the JSON beside this file.\n")
     return "\n".join(L)

@@ -15,6 +15,12 @@ batches into PostgreSQL, from 1, 2 and 4 clients), records bytes on disk,
 stops everything (also on error or Ctrl-C) and writes
 ``bench/results/compare-<date>-<scale>.{md,json}`` and PNG charts
 (report.py). Every flag is documented in bench/README.md.
+
+``--query-data iot`` runs the query part on the IoT shape instead
+(gen_iot.py's trucks, loaded into every query system as table
+``readings``; queries.build_iot) and writes
+``compare-<date>-<scale>-iot.{md,json}``; it measures no ingest unless
+``--ingest-systems`` is given.
 """
 
 from __future__ import annotations
@@ -202,8 +208,9 @@ def main() -> int:
                     help="an extra argument for `sealion standalone` (repeat it; e.g. "
                          "--sealion-arg=--query-memory-limit-mb --sealion-arg=4096)")
     ap.add_argument("--systems", default=",".join(QUERY_SYSTEMS), help="query systems, comma-separated")
-    ap.add_argument("--ingest-systems", default=",".join(INGEST_SYSTEMS),
-                    help="ingest systems, comma-separated ('' for no ingest)")
+    ap.add_argument("--ingest-systems", default=None,
+                    help="ingest systems, comma-separated ('' for no ingest; default: all of them with "
+                         "--query-data cpu, none with --query-data iot)")
     ap.add_argument("--ingest-clients", default="1,2,4,8,16")
     ap.add_argument("--ingest-rows", type=int, default=None,
                     help="rows per ingest run (default: 50,000 quick, 1,000,000 full)")
@@ -211,6 +218,13 @@ def main() -> int:
     ap.add_argument("--ingest-data", choices=["cpu", "iot"], default="cpu",
                     help="rows the ingest runs send: cpu-only, or the IoT shape (trucks with jitter, gaps, sparse "
                          "rows and 5%% late, out-of-order rows; gen_iot.py)")
+    ap.add_argument("--query-data", "--dataset", dest="query_data", choices=["cpu", "iot"], default="cpu",
+                    help="rows the query systems load and the queries they are asked: TSBS cpu-only (gen.py, "
+                         "queries.build), or the IoT shape (gen_iot.py, table `readings`, queries.build_iot; "
+                         "the report is compare-<date>-<scale>-iot)")
+    ap.add_argument("--iot-days", type=float, default=None,
+                    help="days of IoT readings for --query-data iot (default: 2 quick, 3 full; "
+                         "gen_iot.QUERY_DAYS)")
     ap.add_argument("--batch-rows", type=int, default=1000, help="rows per write request / COPY")
     ap.add_argument("--load-clients", type=int, default=4, help="clients loading the data set over line protocol")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per query per system (at least 5)")
@@ -229,6 +243,8 @@ def main() -> int:
     if a.runs < 5:
         ap.error("--runs must be at least 5")
     systems = [s for s in a.systems.split(",") if s]
+    if a.ingest_systems is None:
+        a.ingest_systems = ",".join(INGEST_SYSTEMS) if a.query_data == "cpu" else ""
     ingest_systems = [s for s in a.ingest_systems.split(",") if s]
     if ("sealion" in systems or "sealion" in ingest_systems) and not a.sealion:
         ap.error("--sealion PATH is required")
@@ -239,6 +255,7 @@ def main() -> int:
     t_start = time.time()
     result: dict = {"started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                     "command": shlex.join(["python3"] + sys.argv), "machine": machine(), "scale": a.scale,
+                    "query_data": a.query_data,
                     "settings": {"runs": a.runs, "warmup": a.warmup, "noise_runs": a.noise_runs,
                                  "batch_rows": a.batch_rows, "load_clients": a.load_clients,
                                  "ingest_rows": ingest_rows, "ingest_runs": a.ingest_runs,
@@ -267,10 +284,26 @@ def main() -> int:
         result["sealion_binary_mtime"] = dt.datetime.fromtimestamp(
             a.sealion.stat().st_mtime, dt.timezone.utc).isoformat(timespec="seconds")
 
-    t = time.perf_counter()
-    log(f"generating {scale.rows:,} rows ({scale.hosts} hosts x {scale.readings_per_host:,} readings) into {data}")
-    result["data"] = gen.generate(scale, data, a.seed)
-    result["data"]["generate_s"] = time.perf_counter() - t
+    # What the query systems load: the cpu-only files in `data`, or the IoT
+    # shape's in `data/iot` (apart from the files --ingest-data iot writes
+    # into `data`, which are as many days as the ingest runs need).
+    shape, qdata = sysmod.CPU_SHAPE, data
+    if a.query_data == "cpu" or ingest_systems:
+        t = time.perf_counter()
+        log(f"generating {scale.rows:,} rows ({scale.hosts} hosts x {scale.readings_per_host:,} readings) "
+            f"into {data}")
+        cpu = gen.generate(scale, data, a.seed)
+        cpu["generate_s"] = time.perf_counter() - t
+        result["data" if a.query_data == "cpu" else "cpu_data"] = cpu
+    if a.query_data == "iot":
+        import gen_iot
+        shape, qdata = sysmod.IOT_SHAPE, data / "iot"
+        iot_days = a.iot_days or gen_iot.QUERY_DAYS[a.scale]
+        t = time.perf_counter()
+        log(f"generating {iot_days:g} days of IoT readings ({gen_iot.trucks_of(scale)} trucks) into {qdata}")
+        result["data"] = {"shape": "iot", **gen_iot.generate_iot(scale, qdata, a.seed, iot_days),
+                          "generate_s": time.perf_counter() - t, "start": gen.iso(gen.START_S),
+                          "end": gen.iso(gen.START_S + int(iot_days * gen.DAY_S)), "interval_s": gen.STEP_S}
 
     # Stop everything on SIGTERM too.
     def on_term(signum, frame):
@@ -281,7 +314,8 @@ def main() -> int:
     cluster = None
     qsys: dict[str, object] = {}
     try:
-        days = int(-(-scale.seconds // gen.DAY_S))
+        span_s = scale.seconds if a.query_data == "cpu" else int(iot_days * gen.DAY_S)
+        days = int(-(-span_s // gen.DAY_S))
         for name in systems:
             log(f"starting and loading {name}")
             if name == "sealion":
@@ -308,13 +342,13 @@ def main() -> int:
                 running.append(s)
                 s.start()
                 if name == "sealion":
-                    info = s.load(data, a.batch_rows, a.load_clients)
+                    info = s.load(qdata, a.batch_rows, a.load_clients, shape)
                 elif name == "sealion-pg":
                     info = s.load()
                 elif name.startswith("postgres-"):
-                    info = s.load(data, days)
+                    info = s.load(qdata, days, shape)
                 else:
-                    info = s.load(data)
+                    info = s.load(qdata, shape)
                 info["version"] = s.version()
             except Exception as e:
                 # A system that cannot start or load is left out, and said so.
@@ -329,7 +363,8 @@ def main() -> int:
             result["postgres_settings"] = cluster.SETTINGS
 
         # Parity.
-        qs = [q for q in queries.build(scale) if a.only in q.name]
+        qs = [q for q in (queries.build(scale) if a.query_data == "cpu" else queries.build_iot(scale, iot_days))
+              if a.only in q.name]
         result["queries"] = [{"name": q.name, "group": q.group, "sql": q.sql, "skip": q.skip} for q in qs]
         parity_res: dict[str, dict] = {}
         log(f"parity: {len(qs)} queries x {len(qsys)} systems")
@@ -348,6 +383,9 @@ def main() -> int:
             agree, differ = parity.groups(answers, prefer="postgres-plain")
             parity_res[q.name] = {"agree": agree, "differ": differ, "errors": errors, "rows": rows_n}
             bad = {**differ, **errors}
+            if not answers and not errors:
+                log(f"  {q.name}: not run: {'; '.join(q.skip.values()) or 'no system has it'}")
+                continue
             log(f"  {q.name}: agree {agree}" + (f"; withheld {sorted(bad)}" if bad else ""))
         result["parity"] = parity_res
 
@@ -365,7 +403,9 @@ def main() -> int:
                     timings[q.name][name] = stats(timed(lambda: s.run(sql), a.warmup, a.runs))
                 except Exception as e:
                     parity_res[q.name]["errors"][name] = f"while timing: {type(e).__name__}: {str(e)[:1500]}"
-            log(f"  {q.name}: " + ", ".join(f"{n} {t['median'] * 1e3:.1f} ms" for n, t in timings[q.name].items()))
+            if timings[q.name]:
+                log(f"  {q.name}: " + ", ".join(f"{n} {t['median'] * 1e3:.1f} ms"
+                                              for n, t in timings[q.name].items()))
         result["timings"] = timings
         noise = {}
         for name, s in qsys.items():
@@ -409,7 +449,7 @@ def main() -> int:
 
     a.out.mkdir(parents=True, exist_ok=True)
     stem = a.out / f"compare-{dt.date.today().isoformat()}-{a.scale}" \
-        f"{'-iot-ingest' if a.ingest_data == 'iot' else ''}" \
+        f"{'-iot' if a.query_data == 'iot' else '-iot-ingest' if a.ingest_data == 'iot' else ''}" \
         f"{'-' + result.get('sealion_build', '') if result.get('sealion_build') not in (None, 'release') else ''}"
     Path(f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
     report.write(result, stem)

@@ -4,8 +4,9 @@ Each class has the same small interface:
 
 - ``start()``: start the server (if any) in the run's temp dir on free
   loopback ports;
-- ``load(data)``: load the generated rows (``data`` is gen.py's output dir)
-  and return what the load took;
+- ``load(data, ..., shape)``: load the generated rows (``data`` is gen.py's
+  output dir, or gen_iot.py's for ``IOT_SHAPE``: table ``readings``, no
+  ``events``) and return what the load took;
 - ``query(sql)``: the answer as (column names, rows of Python values), for
   the parity check;
 - ``run(sql)``: the answer fetched in the system's fastest client format
@@ -251,19 +252,22 @@ class Sealion:
     def run(self, q: str) -> None:
         self.table(q)
 
-    def load(self, data: Path, batch_rows: int, clients: int) -> dict:
+    def load(self, data: Path, batch_rows: int, clients: int, shape: "IngestShape | None" = None) -> dict:
         from gen import iter_lp_batches
+        shape = shape or CPU_SHAPE
+        self.table_name = shape.measurement
         writer = LineProtocolWriter(self.http_port, "/api/v1/write?db=public&precision=s")
-        batches = iter_lp_batches(data / "cpu.lp", batch_rows)
+        batches = iter_lp_batches(data / shape.lp, batch_rows)
         # The first batch alone creates the table; then all clients at once.
         first = next(batches)
         s1, _ = writer.send_iter([first], 1)
         s2, rest = writer.send_iter(batches, clients)
         secs, rows = s1 + s2, first.count(b"\n") + rest
-        writer.send_iter(iter_lp_batches(data / "events.lp", batch_rows), clients)
+        if shape.events:
+            writer.send_iter(iter_lp_batches(data / "events.lp", batch_rows), clients)
         t = time.perf_counter()
         seal = {}
-        for table in ("cpu", "events"):
+        for table in (shape.measurement, *(("events",) if shape.events else ())):
             status, body = self._post(f"/api/v1/admin/seal?db=public&table={table}")
             if status >= 300:
                 raise RuntimeError(f"seal {table}: HTTP {status} {body[:1000]!r}")
@@ -278,10 +282,11 @@ class Sealion:
         parts = json.loads(self.sql("SELECT * FROM system.partitions", "json"))
         cols = [c["name"] if isinstance(c, dict) else c for c in parts["columns"]]
         cpu_bytes = None
+        table = getattr(self, "table_name", "cpu")
         tcol = "table_name" if "table_name" in cols else "table"
         if "bytes" in cols and tcol in cols:
             bi, ti = cols.index("bytes"), cols.index(tcol)
-            cpu_bytes = sum(int(r[bi] or 0) for r in parts["rows"] if r[ti] == "cpu")
+            cpu_bytes = sum(int(r[bi] or 0) for r in parts["rows"] if r[ti] == table)
         # Where the bytes are: sealed files, and RocksDB (open partitions'
         # rows) split into write-ahead logs and table files.
         # One walk, so the parts add up to the total even while RocksDB
@@ -307,7 +312,7 @@ class Sealion:
                         split["rocksdb_sst_bytes"] += b
                 elif rel[:1] == ("meta",):
                     split["meta_dir_bytes"] += b
-        return {"system_partitions_cpu_bytes": cpu_bytes, **split}
+        return {"table": table, "system_partitions_table_bytes": cpu_bytes, **split}
 
     def version(self) -> str:
         return binary_version(self.binary)
@@ -547,7 +552,10 @@ CPU_COLUMNS_PG = ("time timestamptz NOT NULL, " + ", ".join(f"{t} text NOT NULL"
 
 @dataclasses.dataclass(frozen=True)
 class IngestShape:
-    """The rows ingest runs send: files, measurement and each system's table."""
+    """A data set's rows: its files (under the data dir), measurement (the
+    table every system loads it into), columns and key. The ingest runs
+    send one shape's rows; the query systems load one shape's rows
+    (``--query-data``)."""
     name: str
     measurement: str
     lp: str
@@ -556,13 +564,29 @@ class IngestShape:
     columns_sealion: str
     csv_header: str
     n_tags: int
-    key: str  # PostgreSQL's B-tree is on (key, time)
+    key: str  # PostgreSQL's B-tree is on (key, time); chDB and DuckDB order by it
+    tags: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()
+    parquet: str = "parquet"  # a file, or a directory of files
+    events: bool = False  # the as-of join's `events` table comes with it
+    nullable_fields: bool = False  # some rows lack some fields (NULL)
 
 
 CPU_SHAPE = IngestShape("cpu", "cpu", "cpu.lp", "cpu.csv", CPU_COLUMNS_PG, CPU_COLUMNS_SEALION, CPU_CSV_HEADER,
-                        len(TAGS), "hostname")
+                        len(TAGS), "hostname", tuple(TAGS), tuple(FIELDS), "parquet", events=True)
 IOT_SHAPE = IngestShape("iot", "readings", "iot.lp", "iot.csv", gen_iot.IOT_COLUMNS_PG, gen_iot.IOT_COLUMNS_SEALION,
-                        gen_iot.IOT_CSV_HEADER, len(gen_iot.IOT_TAGS), "name")
+                        gen_iot.IOT_CSV_HEADER, len(gen_iot.IOT_TAGS), "name", tuple(gen_iot.IOT_TAGS),
+                        tuple(gen_iot.IOT_FIELDS), "iot.parquet", nullable_fields=True)
+
+
+def parquet_files(data: Path, shape: IngestShape) -> list[Path]:
+    p = data / shape.parquet
+    return sorted(p.glob("*.parquet")) if p.is_dir() else [p]
+
+
+def parquet_glob(data: Path, shape: IngestShape) -> str:
+    p = data / shape.parquet
+    return f"{p}/*.parquet" if p.is_dir() else str(p)
 
 
 class Postgres:
@@ -582,23 +606,31 @@ class Postgres:
             c.execute(f"CREATE DATABASE {self.layout}")
         self.conn = self.cluster.connect(self.layout)
 
-    def load(self, data: Path, days: int) -> dict:
-        c = self.conn
+    def load(self, data: Path, days: int, shape: "IngestShape | None" = None) -> dict:
+        shape = shape or CPU_SHAPE
+        c, tb = self.conn, shape.measurement
+        self.table_name = tb
         if self.layout == "plain":
-            c.execute(f"CREATE TABLE cpu ({CPU_COLUMNS_PG})")
+            c.execute(f"CREATE TABLE {tb} ({shape.columns_pg})")
         else:
-            c.execute(f"CREATE TABLE cpu ({CPU_COLUMNS_PG}) PARTITION BY RANGE (time)")
+            c.execute(f"CREATE TABLE {tb} ({shape.columns_pg}) PARTITION BY RANGE (time)")
             for d in range(days):
-                c.execute(f"CREATE TABLE cpu_d{d:03} PARTITION OF cpu FOR VALUES FROM "
-                          f"('{iso(START_S + d * DAY_S)}') TO ('{iso(START_S + (d + 1) * DAY_S)}')")
-        c.execute("CREATE TABLE events (time timestamptz NOT NULL, hostname text NOT NULL, kind bigint)")
+                # The IoT shape's jitter puts its first readings up to 2 s
+                # before the start: its first day takes everything before.
+                lo = "(MINVALUE)" if d == 0 and shape.name == "iot" else f"('{iso(START_S + d * DAY_S)}')"
+                c.execute(f"CREATE TABLE {tb}_d{d:03} PARTITION OF {tb} FOR VALUES FROM "
+                          f"{lo} TO ('{iso(START_S + (d + 1) * DAY_S)}')")
+        if shape.events:
+            c.execute("CREATE TABLE events (time timestamptz NOT NULL, hostname text NOT NULL, kind bigint)")
         t = time.perf_counter()
-        rows = self.copy_csv("cpu", data / "cpu.csv")
+        rows = self.copy_csv(tb, data / shape.csv)
         copy_s = time.perf_counter() - t
-        self.copy_csv("events", data / "events.csv")
+        if shape.events:
+            self.copy_csv("events", data / "events.csv")
         t = time.perf_counter()
-        c.execute("CREATE INDEX ON cpu (hostname, time)")
-        c.execute("CREATE INDEX ON events (hostname, time)")
+        c.execute(f"CREATE INDEX ON {tb} ({shape.key}, time)")
+        if shape.events:
+            c.execute("CREATE INDEX ON events (hostname, time)")
         index_s = time.perf_counter() - t
         t = time.perf_counter()
         c.execute("VACUUM ANALYZE")
@@ -624,7 +656,8 @@ class Postgres:
     def disk(self) -> dict:
         # pg_partition_tree lists a partitioned table and its partitions; a
         # plain table is measured on its own.
-        rels = "SELECT relid FROM pg_partition_tree('cpu')" if self.layout == "part" else "SELECT 'cpu'::regclass"
+        tb = getattr(self, "table_name", "cpu")
+        rels = f"SELECT relid FROM pg_partition_tree('{tb}')" if self.layout == "part" else f"SELECT '{tb}'::regclass"
         row = self.conn.execute(
             "SELECT coalesce(sum(pg_table_size(r)), 0), coalesce(sum(pg_indexes_size(r)), 0) "
             f"FROM ({rels}) AS t(r)").fetchone()
@@ -677,15 +710,18 @@ class DuckDB:
         self.con = duckdb.connect(str(self.path))
         self.con.execute("SET TimeZone = 'UTC'")
 
-    def load(self, data: Path) -> dict:
+    def load(self, data: Path, shape: "IngestShape | None" = None) -> dict:
+        shape = shape or CPU_SHAPE
+        tb = shape.measurement
         t = time.perf_counter()
-        self.con.execute(f"CREATE TABLE cpu AS SELECT * FROM read_parquet('{data}/parquet/*.parquet') "
-                         "ORDER BY hostname, time")
-        self.con.execute(f"CREATE TABLE events AS SELECT * FROM read_parquet('{data}/events.parquet') "
-                         "ORDER BY hostname, time")
+        self.con.execute(f"CREATE TABLE {tb} AS SELECT * FROM read_parquet('{parquet_glob(data, shape)}') "
+                         f"ORDER BY {shape.key}, time")
+        if shape.events:
+            self.con.execute(f"CREATE TABLE events AS SELECT * FROM read_parquet('{data}/events.parquet') "
+                             "ORDER BY hostname, time")
         self.con.execute("CHECKPOINT")
         secs = time.perf_counter() - t
-        rows = self.con.execute("SELECT count(*) FROM cpu").fetchone()[0]
+        rows = self.con.execute(f"SELECT count(*) FROM {tb}").fetchone()[0]
         return {"rows": rows, "load_s": secs, "rows_per_s": rows / secs, "from": "Parquet"}
 
     def query(self, q: str):
@@ -725,22 +761,31 @@ class ChDB:
     def _q(self, q: str, fmt: str = "CSV"):
         return self.sess.query(q, fmt)
 
-    def load(self, data: Path) -> dict:
-        cols = ("time DateTime('UTC'), " + ", ".join(f"{t} String" for t in TAGS) + ", "
-                + ", ".join(f"{f} Float64" for f in FIELDS))
+    def load(self, data: Path, shape: "IngestShape | None" = None) -> dict:
+        shape = shape or CPU_SHAPE
+        tb = self.table_name = shape.measurement
+        # Fields that some rows lack are Nullable: a plain Float64 would
+        # read a missing value as 0.
+        ftype = "Nullable(Float64)" if shape.nullable_fields else "Float64"
+        cols = ("time DateTime('UTC'), " + ", ".join(f"{t} String" for t in shape.tags) + ", "
+                + ", ".join(f"{f} {ftype}" for f in shape.fields))
         self._q("CREATE DATABASE IF NOT EXISTS bench")
         self._q("USE bench")
-        self._q(f"CREATE TABLE cpu ({cols}) ENGINE = MergeTree PARTITION BY toDate(time) ORDER BY (hostname, time)")
-        self._q("CREATE TABLE events (time DateTime('UTC'), hostname String, kind Int64) ENGINE = MergeTree "
-                "ORDER BY (hostname, time)")
+        self._q(f"CREATE TABLE {tb} ({cols}) ENGINE = MergeTree PARTITION BY toDate(time) "
+                f"ORDER BY ({shape.key}, time)")
+        if shape.events:
+            self._q("CREATE TABLE events (time DateTime('UTC'), hostname String, kind Int64) ENGINE = MergeTree "
+                    "ORDER BY (hostname, time)")
         t = time.perf_counter()
-        names = ", ".join(["time"] + TAGS + FIELDS)
-        self._q(f"INSERT INTO cpu SELECT {names} FROM file('{data}/parquet/*.parquet', Parquet)")
-        self._q(f"INSERT INTO events SELECT time, hostname, kind FROM file('{data}/events.parquet', Parquet)")
-        self._q("OPTIMIZE TABLE cpu FINAL")
-        self._q("OPTIMIZE TABLE events FINAL")
+        names = ", ".join(["time", *shape.tags, *shape.fields])
+        self._q(f"INSERT INTO {tb} SELECT {names} FROM file('{parquet_glob(data, shape)}', Parquet)")
+        if shape.events:
+            self._q(f"INSERT INTO events SELECT time, hostname, kind FROM file('{data}/events.parquet', Parquet)")
+        self._q(f"OPTIMIZE TABLE {tb} FINAL")
+        if shape.events:
+            self._q("OPTIMIZE TABLE events FINAL")
         secs = time.perf_counter() - t
-        rows = int(str(self._q("SELECT count() FROM cpu")).strip())
+        rows = int(str(self._q(f"SELECT count() FROM {tb}")).strip())
         return {"rows": rows, "load_s": secs, "rows_per_s": rows / secs, "from": "Parquet",
                 "note": "includes OPTIMIZE TABLE FINAL (one part per day)"}
 
@@ -755,7 +800,8 @@ class ChDB:
         self.table(q)
 
     def disk(self) -> dict:
-        b = str(self._q("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'bench' AND table = 'cpu' "
+        tb = getattr(self, "table_name", "cpu")
+        b = str(self._q(f"SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'bench' AND table = '{tb}' "
                         "AND active")).strip()
         return {"parts_bytes": int(b or 0), "allocated_bytes_all_tables": du(self.dir / "db")}
 
@@ -782,11 +828,13 @@ class DataFusion:
         from datafusion import SessionConfig, SessionContext
         self.ctx = SessionContext(SessionConfig().with_target_partitions(2))
 
-    def load(self, data: Path) -> dict:
+    def load(self, data: Path, shape: "IngestShape | None" = None) -> dict:
+        shape = shape or CPU_SHAPE
         t = time.perf_counter()
-        self.ctx.register_parquet("cpu", str(data / "parquet"))
-        self.ctx.register_parquet("events", str(data / "events.parquet"))
-        self.data = data
+        self.ctx.register_parquet(shape.measurement, str(data / shape.parquet))
+        if shape.events:
+            self.ctx.register_parquet("events", str(data / "events.parquet"))
+        self.data, self.shape = data, shape
         return {"load_s": time.perf_counter() - t, "from": "Parquet (registered, not copied)"}
 
     def table(self, q: str):
@@ -807,7 +855,7 @@ class DataFusion:
         self.ctx.sql(q).collect()
 
     def disk(self) -> dict:
-        return {"parquet_bytes": sum(p.stat().st_size for p in (self.data / "parquet").glob("*.parquet"))}
+        return {"parquet_bytes": sum(p.stat().st_size for p in parquet_files(self.data, self.shape))}
 
     def version(self) -> str:
         import datafusion
