@@ -24,7 +24,7 @@ use sealion_partial::{AggregateKind, State, SumOf, Value as PValue};
 
 use super::value::ChunkRole;
 use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
-use crate::columnar::{ColumnValues, Page, StatValue, Sum};
+use crate::columnar::{ColumnType, ColumnValues, Page, StatValue, Sum};
 use crate::rows::{ColumnBuilder, Value, decode_fields};
 use crate::scan::predicate::{Expr, compare};
 use crate::scan::{CallSource, Metrics, Mode, Output, SeriesCtx, update};
@@ -289,6 +289,9 @@ impl SealedFile {
             }
             sources.push(src);
         }
+        if let Some(kept) = self.refine_by_comparisons(g, filter, &sources, &ranges, &dec)? {
+            return Ok(Some((kept, dec)));
+        }
         let mut kept: Ranges = Vec::new();
         let mut values: Vec<Option<Value>> = vec![None; sources.len()];
         let any_tag = sources.iter().any(|s| matches!(s, Source::Tag));
@@ -330,6 +333,93 @@ impl SealedFile {
             }
         }
         Ok(Some((kept, dec)))
+    }
+
+    /// The rows of `ranges` that pass `filter` when it is a conjunction of
+    /// comparisons of `DOUBLE` or `BIGINT` columns with literals of their own
+    /// type (the common shape: `usage_user > 90`): each comparison runs over
+    /// the decoded page values, narrowing the ranges for the next, with no
+    /// value built per row. `None` for any other filter, which the row by
+    /// row evaluation answers. Both give the same rows: a null or a false
+    /// comparison drops a row, as `FieldFilter::keeps` does.
+    fn refine_by_comparisons(
+        &self,
+        g: usize,
+        filter: &crate::scan::predicate::FieldFilter,
+        sources: &[Source],
+        ranges: &Ranges,
+        dec: &Decoded,
+    ) -> Result<Option<Ranges>> {
+        let terms: Vec<&Expr> = match &filter.expr {
+            Expr::All(terms) => terms.iter().collect(),
+            e => vec![e],
+        };
+        let mut plan = Vec::with_capacity(terms.len());
+        for t in terms {
+            let Expr::Cmp { col, op, lit } = t else {
+                return Ok(None);
+            };
+            let Some(&Source::Chunk(c)) = sources.get(*col) else {
+                return Ok(None);
+            };
+            let fits = matches!(
+                (self.specs[c].ty, lit),
+                (ColumnType::Float64, Value::F64(_)) | (ColumnType::Int64, Value::I64(_))
+            );
+            if !fits || *op == CompareOp::Unspecified {
+                return Ok(None);
+            }
+            plan.push((c, *op, lit));
+        }
+        let mut kept = ranges.clone();
+        for (c, op, lit) in plan {
+            let infos = &self.groups[g].chunks[c];
+            let pages = dec.chunks[c]
+                .as_deref()
+                .ok_or_else(|| Error::Internal("filter pages were not decoded".into()))?;
+            let mut next: Ranges = Vec::with_capacity(kept.len());
+            for &(a, b, s) in &kept {
+                let mut run: Option<usize> = None;
+                for (p, lo, hi) in segments(infos, a, b) {
+                    let page = pages
+                        .get(p)
+                        .and_then(Option::as_ref)
+                        .ok_or_else(|| Error::Internal("filter page was not decoded".into()))?;
+                    let off = infos[p].first_row as usize;
+                    let mut mark = |row: usize, keep: bool| match (keep, run) {
+                        (true, None) => run = Some(row),
+                        (false, Some(x)) => {
+                            next.push((x, row, s));
+                            run = None;
+                        }
+                        _ => {}
+                    };
+                    match (&page.values, lit) {
+                        (ColumnValues::Float64(v), Value::F64(l)) => {
+                            for row in lo..hi {
+                                let i = row - off;
+                                mark(row, !page.is_null(i) && holds(op, v[i].total_cmp(l)));
+                            }
+                        }
+                        (ColumnValues::Int64(v), Value::I64(l)) => {
+                            for row in lo..hi {
+                                let i = row - off;
+                                mark(row, !page.is_null(i) && holds(op, v[i].cmp(l)));
+                            }
+                        }
+                        _ => return Ok(None),
+                    }
+                }
+                if let Some(x) = run {
+                    next.push((x, b, s));
+                }
+            }
+            kept = next;
+            if kept.is_empty() {
+                break;
+            }
+        }
+        Ok(Some(kept))
     }
 
     /// The value of group-local `row` in chunk `c`, from decoded pages.
@@ -894,6 +984,20 @@ impl SealedFile {
 /// Whether a page's statistics prove `value <op> lit` false (or unknown)
 /// for each of its rows. Statistics order values as the predicate does
 /// (floats in total order), so the proof is exact.
+/// Whether `ord` (a value compared with a literal) satisfies `op`.
+fn holds(op: CompareOp, ord: std::cmp::Ordering) -> bool {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    match op {
+        CompareOp::CmpEq => ord == Equal,
+        CompareOp::CmpNe => ord != Equal,
+        CompareOp::CmpLt => ord == Less,
+        CompareOp::CmpLe => ord != Greater,
+        CompareOp::CmpGt => ord == Greater,
+        CompareOp::CmpGe => ord != Less,
+        CompareOp::Unspecified => false,
+    }
+}
+
 fn page_excludes(info: &PageInfo, op: CompareOp, lit: &Value) -> bool {
     if info.null_count == info.rows {
         return true;
