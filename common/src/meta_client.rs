@@ -31,6 +31,10 @@ pub struct MetaClient {
     /// Index of the replica that answered last; tried first.
     preferred: AtomicUsize,
     state_rx: watch::Receiver<Arc<GetStateReply>>,
+    /// The last state handed out by [`MetaClient::state`]: a state is fixed
+    /// by its version (the meta log index), so callers share one copy until
+    /// the version moves instead of copying the catalog on every call.
+    shared_state: std::sync::Mutex<Option<Arc<ClusterState>>>,
 }
 
 impl MetaClient {
@@ -56,6 +60,7 @@ impl MetaClient {
             channels,
             preferred: AtomicUsize::new(0),
             state_rx: rx,
+            shared_state: std::sync::Mutex::new(None),
         });
         tokio::spawn(watch_loop(Arc::downgrade(&client), tx));
         let mut rx = client.state_rx.clone();
@@ -83,7 +88,18 @@ impl MetaClient {
     /// The latest cluster state this client has seen.
     pub fn state(&self) -> Arc<ClusterState> {
         let reply = self.state_rx.borrow();
-        Arc::new(reply.state.clone().unwrap_or_default())
+        let version = reply.state.as_ref().map(|s| s.version);
+        let Ok(mut shared) = self.shared_state.lock() else {
+            return Arc::new(reply.state.clone().unwrap_or_default());
+        };
+        if let (Some(v), Some(s)) = (version, shared.as_ref())
+            && s.version == v
+        {
+            return s.clone();
+        }
+        let fresh = Arc::new(reply.state.clone().unwrap_or_default());
+        *shared = Some(fresh.clone());
+        fresh
     }
 
     /// A receiver that changes whenever the cluster state does.
