@@ -2189,15 +2189,23 @@ mod tests {
         n
     }
 
+    /// `n` rows of seven hosts, times 0..n, value = time.
+    fn seven_hosts(n: i64) -> Vec<(String, i64, f64)> {
+        (0..n)
+            .map(|i| (format!("h{}", i % 7), i, i as f64))
+            .collect()
+    }
+
+    fn borrowed(rows: &[(String, i64, f64)]) -> Vec<(&str, i64, f64)> {
+        rows.iter().map(|(h, t, v)| (h.as_str(), *t, *v)).collect()
+    }
+
     #[test]
     fn a_seal_reads_its_rows_again_only_when_the_partition_changed_since_its_snapshot() {
         let dir = tempfile::tempdir().unwrap();
         let cols = columns();
-        let rows: Vec<(String, i64, f64)> = (0..2000)
-            .map(|i| (format!("h{}", i % 7), i, i as f64))
-            .collect();
-        let rows: Vec<(&str, i64, f64)> =
-            rows.iter().map(|(h, t, v)| (h.as_str(), *t, *v)).collect();
+        let owned = seven_hosts(2000);
+        let rows = borrowed(&owned);
         let e = Engine::open(dir.path()).unwrap();
         e.write(&cols, &[(1, vec![batch(&rows)])]).unwrap();
         let before = all_rows(&e, vec![1]);
@@ -2245,11 +2253,8 @@ mod tests {
     fn reads_of_a_sealed_partition_step_over_its_sealed_rows_only_when_late_rows_are_marked() {
         let dir = tempfile::tempdir().unwrap();
         let cols = columns();
-        let rows: Vec<(String, i64, f64)> = (0..2000)
-            .map(|i| (format!("h{}", i % 7), i, i as f64))
-            .collect();
-        let rows: Vec<(&str, i64, f64)> =
-            rows.iter().map(|(h, t, v)| (h.as_str(), *t, *v)).collect();
+        let owned = seven_hosts(2000);
+        let rows = borrowed(&owned);
         let e = Engine::open(dir.path()).unwrap();
         e.write(
             &cols,

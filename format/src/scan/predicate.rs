@@ -276,20 +276,29 @@ pub fn compare(a: &Value, b: &Value) -> Option<Ordering> {
     })
 }
 
+/// Whether `ord` (a value compared with a literal) satisfies `op`; false
+/// for an unspecified operator.
+pub fn holds(op: CompareOp, ord: Ordering) -> bool {
+    match op {
+        CompareOp::CmpEq => ord == Ordering::Equal,
+        CompareOp::CmpNe => ord != Ordering::Equal,
+        CompareOp::CmpLt => ord == Ordering::Less,
+        CompareOp::CmpLe => ord != Ordering::Greater,
+        CompareOp::CmpGt => ord == Ordering::Greater,
+        CompareOp::CmpGe => ord != Ordering::Less,
+        CompareOp::Unspecified => false,
+    }
+}
+
 fn eval(e: &Expr, values: &[Option<Value>]) -> Option<bool> {
     match e {
         Expr::Cmp { col, op, lit } => {
             let v = values.get(*col)?.as_ref()?;
             let ord = compare(v, lit)?;
-            Some(match op {
-                CompareOp::CmpEq => ord == Ordering::Equal,
-                CompareOp::CmpNe => ord != Ordering::Equal,
-                CompareOp::CmpLt => ord == Ordering::Less,
-                CompareOp::CmpLe => ord != Ordering::Greater,
-                CompareOp::CmpGt => ord == Ordering::Greater,
-                CompareOp::CmpGe => ord != Ordering::Less,
-                CompareOp::Unspecified => return None,
-            })
+            if *op == CompareOp::Unspecified {
+                return None;
+            }
+            Some(holds(*op, ord))
         }
         Expr::All(terms) => {
             let mut unknown = false;

@@ -26,7 +26,7 @@ use super::value::ChunkRole;
 use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
 use crate::columnar::{ColumnType, ColumnValues, Page, StatValue, Sum};
 use crate::rows::{ColumnBuilder, Value, decode_fields};
-use crate::scan::predicate::{Expr, compare};
+use crate::scan::predicate::{Expr, compare, holds};
 use crate::scan::{CallSource, Metrics, Mode, Output, SeriesCtx, update};
 use crate::sealed::format::series_cmp;
 use crate::{Error, Result, SCAN_BATCH_ROWS};
@@ -984,20 +984,6 @@ impl SealedFile {
 /// Whether a page's statistics prove `value <op> lit` false (or unknown)
 /// for each of its rows. Statistics order values as the predicate does
 /// (floats in total order), so the proof is exact.
-/// Whether `ord` (a value compared with a literal) satisfies `op`.
-fn holds(op: CompareOp, ord: std::cmp::Ordering) -> bool {
-    use std::cmp::Ordering::{Equal, Greater, Less};
-    match op {
-        CompareOp::CmpEq => ord == Equal,
-        CompareOp::CmpNe => ord != Equal,
-        CompareOp::CmpLt => ord == Less,
-        CompareOp::CmpLe => ord != Greater,
-        CompareOp::CmpGt => ord == Greater,
-        CompareOp::CmpGe => ord != Less,
-        CompareOp::Unspecified => false,
-    }
-}
-
 fn page_excludes(info: &PageInfo, op: CompareOp, lit: &Value) -> bool {
     if info.null_count == info.rows {
         return true;
