@@ -86,15 +86,7 @@ def ts(d: str, t: int) -> str:
 
 def bucket(d: str, unit: str) -> str:
     """The start of the ``unit`` ('minute' or 'hour') containing ``time``."""
-    if d in ("sealion", "datafusion"):
-        return f"date_bin(INTERVAL '1 {unit}', time)"
-    if d == "postgres":
-        return f"date_bin('1 {unit}', time, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
-    if d == "duckdb":
-        return f"time_bucket(INTERVAL '1 {unit}', time)"
-    if d == "chdb":
-        return f"toStartOfInterval(time, INTERVAL 1 {unit})"
-    raise ValueError(d)
+    return _bin(d, 1, unit, "time", plural=False)
 
 
 def last_per_host(d: str, cols: str) -> str:
@@ -112,12 +104,19 @@ def bin_of(d: str, n: int, unit: str, col: str = "time") -> str:
     """The start of the ``n`` ``unit`` ('minute', 'day') bucket holding
     ``col``; buckets aligned to the epoch (every dialect's origin is a
     midnight, so 10-minute and day buckets fall at the same instants)."""
+    return _bin(d, n, unit, col, plural=True)
+
+
+def _bin(d: str, n: int, unit: str, col: str, plural: bool) -> str:
+    """The start of the ``n`` ``unit`` bucket holding ``col`` (the unit
+    written plural in the interval text when ``plural``)."""
+    width = f"{n} {unit}s" if plural else f"{n} {unit}"
     if d in ("sealion", "datafusion"):
-        return f"date_bin(INTERVAL '{n} {unit}s', {col})"
+        return f"date_bin(INTERVAL '{width}', {col})"
     if d == "postgres":
-        return f"date_bin('{n} {unit}s', {col}, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
+        return f"date_bin('{width}', {col}, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
     if d == "duckdb":
-        return f"time_bucket(INTERVAL '{n} {unit}s', {col})"
+        return f"time_bucket(INTERVAL '{width}', {col})"
     if d == "chdb":
         return f"toStartOfInterval({col}, INTERVAL {n} {unit})"
     raise ValueError(d)

@@ -245,9 +245,8 @@ fn radix_decode(r: &mut ByteReader<'_>, k: usize, out: &mut Vec<u64>) -> Result<
         return Ok(());
     }
     let min = r.u64()?;
-    let radix = u32::from(r.u16()?) + 1;
-    let (radix, per_word) =
-        radix_of(u64::from(radix - 1)).ok_or_else(|| corrupt("radix out of range"))?;
+    let range = u64::from(r.u16()?);
+    let (radix, per_word) = radix_of(range).ok_or_else(|| corrupt("radix out of range"))?;
     let words = r.take(4 * k.div_ceil(per_word))?;
     let divisor = strength_reduce::StrengthReducedU32::new(radix);
     let mut left = k;

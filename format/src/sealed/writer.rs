@@ -396,7 +396,7 @@ impl<'a> Writer<'a> {
             .iter()
             .position(|s| s.role == ChunkRole::Time)
             .ok_or_else(|| Error::Internal("no time column".into()))?;
-        let tag_chunks = match format::has_tag_pages(layout.version) {
+        let tag_chunks: Vec<usize> = match format::has_tag_pages(layout.version) {
             true => specs
                 .iter()
                 .enumerate()
@@ -412,7 +412,15 @@ impl<'a> Writer<'a> {
             .map(|(i, s)| (s.name.clone(), i))
             .collect();
         let cap = layout.rows_per_group.min(super::ROWS_PER_GROUP);
-        let chunks = specs.iter().map(|s| ChunkBuf::new(s.ty, cap)).collect();
+        // Tag chunks without pages (format version 2) stay empty.
+        let chunks = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let pages = s.role != ChunkRole::Tag || tag_chunks.contains(&i);
+                ChunkBuf::new(s.ty, if pages { cap } else { 0 })
+            })
+            .collect();
         Ok(Writer {
             path,
             partition_id,

@@ -294,29 +294,16 @@ impl SealedFile {
         }
         let mut kept: Ranges = Vec::new();
         let mut values: Vec<Option<Value>> = vec![None; sources.len()];
-        let any_tag = sources.iter().any(|s| matches!(s, Source::Tag));
         for &(a, b, s) in &ranges {
-            // Tags are constant over a range (one series).
-            if any_tag {
-                let tags = self.series_tags(s)?;
-                for (k, src) in sources.iter().enumerate() {
-                    if matches!(src, Source::Tag) {
-                        let name = &filter.columns[k].name;
-                        values[k] = tags
-                            .iter()
-                            .find(|(n, _)| n == name)
-                            .map(|(_, v)| Value::Str((*v).to_string()));
-                    }
-                }
-            }
             let mut run: Option<usize> = None;
             for row in a..b {
                 for (k, src) in sources.iter().enumerate() {
-                    match *src {
-                        Source::Missing => values[k] = None,
-                        Source::Tag => {}
-                        Source::Chunk(c) => values[k] = self.value_in(g, c, &dec, row),
-                    }
+                    values[k] = match *src {
+                        // Field predicates name fields only (tags have their
+                        // own predicates): a column not in the file is null.
+                        Source::Missing | Source::Tag => None,
+                        Source::Chunk(c) => self.value_in(g, c, &dec, row),
+                    };
                 }
                 let keep = filter.keeps(&values);
                 match (keep, run) {
