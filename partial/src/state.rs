@@ -19,7 +19,7 @@ use crate::float::{FloatSum, Moments};
 use crate::hll::{Hll, hash_value};
 use crate::kind::{AggregateKind, Finalize};
 use crate::percentile::Percentile;
-use crate::value::{Value, ValueType};
+use crate::value::{Value, ValueType, canonical_f64};
 
 /// The longest text value a state keeps (for `min`, `max`, `first`, `last`
 /// and `count(DISTINCT)`); the byte form's length prefixes are sized by it.
@@ -161,6 +161,91 @@ impl State {
             (Body::Distinct(d), v) => d.insert(v)?,
             (Body::IntSum { .. } | Body::UintSum { .. } | Body::FloatSum { .. }, _) => {
                 return Err(mismatch);
+            }
+        }
+        Ok(())
+    }
+
+    /// Feeds a run of non-null `F64` values: the same state, bit for bit, as
+    /// feeding each to [`State::update`] in order (time 0), without the
+    /// per-value checks and dispatch. On an error the state is as it was.
+    pub fn update_f64s(&mut self, values: &[f64]) -> Result<()> {
+        if self.input != ValueType::F64 {
+            return Err(self.mismatch(ValueType::F64));
+        }
+        let n = values.len() as u64;
+        let want = self.wanted_order();
+        match &mut self.body {
+            Body::Count(c) => *c = count_add(*c, n)?,
+            Body::FloatSum { count, sum } => {
+                *count = count_add(*count, n)?;
+                values.iter().for_each(|&x| sum.add(x));
+            }
+            Body::Moments(m) => {
+                let mut copy = *m;
+                for &x in values {
+                    copy.add(x)?;
+                }
+                *m = copy;
+            }
+            Body::Extreme(current) => {
+                // The run's own extreme first (in the states' order: one
+                // canonical NaN, then total order), offered once.
+                let Some((&first, rest)) = values.split_first() else {
+                    return Ok(());
+                };
+                let mut best = canonical_f64(first);
+                for &x in rest {
+                    let x = canonical_f64(x);
+                    if x.total_cmp(&best) == want {
+                        best = x;
+                    }
+                }
+                offer_extreme(current, &Value::F64(best), want);
+            }
+            _ => {
+                // Kinds that keep more than a summary: value by value, on a
+                // copy so that an error leaves the state untouched.
+                let mut copy = self.clone();
+                for &x in values {
+                    copy.update(0, &Value::F64(x))?;
+                }
+                *self = copy;
+            }
+        }
+        Ok(())
+    }
+
+    /// Feeds a run of non-null `I64` values, as [`State::update_f64s`] does
+    /// `F64` ones: the same state as value by value, on error unchanged.
+    pub fn update_i64s(&mut self, values: &[i64]) -> Result<()> {
+        if self.input != ValueType::I64 {
+            return Err(self.mismatch(ValueType::I64));
+        }
+        let n = values.len() as u64;
+        let want = self.wanted_order();
+        match &mut self.body {
+            Body::Count(c) => *c = count_add(*c, n)?,
+            Body::IntSum { count, sum } => {
+                *count = count_add(*count, n)?;
+                // Cannot overflow: see `Body::IntSum`.
+                *sum += values.iter().map(|&x| i128::from(x)).sum::<i128>();
+            }
+            Body::Extreme(current) => {
+                let best = match want {
+                    Ordering::Greater => values.iter().max(),
+                    _ => values.iter().min(),
+                };
+                if let Some(&best) = best {
+                    offer_extreme(current, &Value::I64(best), want);
+                }
+            }
+            _ => {
+                let mut copy = self.clone();
+                for &x in values {
+                    copy.update(0, &Value::I64(x))?;
+                }
+                *self = copy;
             }
         }
         Ok(())

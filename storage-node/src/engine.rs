@@ -251,24 +251,76 @@ fn merge_rows<'a>(
 
 /// The rows of `partition_id` in `db` (a DB or a snapshot), in key order.
 /// A key and value as RocksDB's iterators give them.
-type KeyValue = (Box<[u8]>, Box<[u8]>);
-
-fn rocks_rows<'a>(
-    iter: impl Iterator<Item = std::result::Result<KeyValue, rocksdb::Error>> + 'a,
+/// The rows of one partition's key range, read with RocksDB's raw
+/// iterator so each key and value is copied once, into its row (the plain
+/// iterator boxes both first, then a row copied them again). Ends at the
+/// first error, which it yields.
+struct RocksRows<'a> {
+    it: Option<rocksdb::DBRawIteratorWithThreadMode<'a, DB>>,
     partition_id: u64,
-) -> impl Iterator<Item = FResult<SortedRow>> + 'a {
-    iter.map(move |item| {
-        let (key, value) = item.map_err(rocks_error)?;
-        let (_, series, time_ns) = decode_key(&key).ok_or_else(|| FError::Corrupt {
+    started: bool,
+}
+
+impl<'a> RocksRows<'a> {
+    /// Rows of `partition_id` from `it`, a raw iterator made with
+    /// `partition_read_options(partition_id)`.
+    fn new(mut it: rocksdb::DBRawIteratorWithThreadMode<'a, DB>, partition_id: u64) -> Self {
+        it.seek(partition_prefix(partition_id));
+        RocksRows {
+            it: Some(it),
             partition_id,
-            reason: "bad key".into(),
-        })?;
-        Ok(SortedRow {
+            started: false,
+        }
+    }
+
+    /// No rows at all.
+    fn none(partition_id: u64) -> Self {
+        RocksRows {
+            it: None,
+            partition_id,
+            started: false,
+        }
+    }
+
+    /// The next key and value, borrowed from the iterator.
+    fn next_raw(&mut self) -> Option<FResult<(&[u8], &[u8])>> {
+        let it = self.it.as_mut()?;
+        if self.started {
+            it.next();
+        }
+        self.started = true;
+        if !it.valid() {
+            let status = it.status();
+            self.it = None;
+            return status.err().map(|e| Err(rocks_error(e)));
+        }
+        let it = self.it.as_ref()?;
+        Some(Ok((it.key()?, it.value()?)))
+    }
+}
+
+impl Iterator for RocksRows<'_> {
+    type Item = FResult<SortedRow>;
+
+    fn next(&mut self) -> Option<FResult<SortedRow>> {
+        let partition_id = self.partition_id;
+        let (key, value) = match self.next_raw()? {
+            Ok(kv) => kv,
+            Err(e) => return Some(Err(e)),
+        };
+        let Some((_, series, time_ns)) = decode_key(key) else {
+            self.it = None;
+            return Some(Err(FError::Corrupt {
+                partition_id,
+                reason: "bad key".into(),
+            }));
+        };
+        Some(Ok(SortedRow {
             series: series.to_vec(),
             time_ns,
             value: value.to_vec(),
-        })
-    })
+        }))
+    }
 }
 
 fn batch_key(partition_id: u64, batch_id: &[u8]) -> Vec<u8> {
@@ -615,17 +667,15 @@ impl Engine {
         snap: &'s rocksdb::SnapshotWithThreadMode<'_, DB>,
         partition_id: u64,
         sealed: bool,
-    ) -> Result<impl Iterator<Item = std::result::Result<KeyValue, rocksdb::Error>> + 's> {
-        let read = !sealed || self.late_marked(snap, partition_id)?;
-        Ok(read
-            .then(|| {
-                snap.iterator_opt(
-                    IteratorMode::From(&partition_prefix(partition_id), Direction::Forward),
-                    partition_read_options(partition_id),
-                )
-            })
-            .into_iter()
-            .flatten())
+    ) -> Result<RocksRows<'s>> {
+        Ok(if !sealed || self.late_marked(snap, partition_id)? {
+            RocksRows::new(
+                snap.raw_iterator_opt(partition_read_options(partition_id)),
+                partition_id,
+            )
+        } else {
+            RocksRows::none(partition_id)
+        })
     }
 
     fn batches_cf(&self) -> Result<&rocksdb::ColumnFamily> {
@@ -757,7 +807,11 @@ impl Engine {
         {
             let _shared = self.swap.read().map_err(|_| poisoned())?;
             let mut batch = WriteBatch::default();
-            for row in rocks_rows(self.partition_iter(partition_id), partition_id) {
+            for row in RocksRows::new(
+                self.db
+                    .raw_iterator_opt(partition_read_options(partition_id)),
+                partition_id,
+            ) {
                 let row = row?;
                 if row_matches(pred, &row, partition_id)? {
                     batch.delete(crate::rows::encode_key(
@@ -830,14 +884,14 @@ impl Engine {
             };
             let open = self.open_range(&snapshot, pid, file.is_some())?;
             match &file {
-                None => scan_rows(&mut out, pid, rocks_rows(open, pid))?,
+                None => scan_rows(&mut out, pid, open)?,
                 Some(f) => {
                     let deletes: Vec<DeletePredicate> = self
                         .snapshot_deletes(&snapshot, pid)?
                         .into_iter()
                         .map(|(_, d)| d)
                         .collect();
-                    let mut late = rocks_rows(open, pid).peekable();
+                    let mut late = open.peekable();
                     if late.peek().is_none() && deletes.is_empty() {
                         Metrics::add(&out.metrics.sealed_partitions_fast, 1);
                         f.run(&mut out)?;
@@ -869,7 +923,8 @@ impl Engine {
             )
         };
         let mut n = 0;
-        for item in self.open_range(&snapshot, partition_id, sealed)? {
+        let mut open = self.open_range(&snapshot, partition_id, sealed)?;
+        while let Some(item) = open.next_raw() {
             item?;
             n += 1;
         }
@@ -883,10 +938,7 @@ impl Engine {
             let _shared = self.swap.read().map_err(|_| poisoned())?;
             (self.db.snapshot(), self.sealed_file(partition_id)?)
         };
-        let open = rocks_rows(
-            self.open_range(&snapshot, partition_id, file.is_some())?,
-            partition_id,
-        );
+        let open = self.open_range(&snapshot, partition_id, file.is_some())?;
         Ok(match file {
             None => RowDigest::of(partition_id, open)?,
             Some(f) => {
@@ -915,7 +967,8 @@ impl Engine {
         let open_iter = || self.open_range(&snapshot, partition_id, sealed);
         let mut stats = Stats::default();
         let mut open_rows = 0u64;
-        for item in open_iter()? {
+        let mut open = open_iter()?;
+        while let Some(item) = open.next_raw() {
             let (key, value) = item?;
             open_rows += 1;
             stats.bytes += (key.len() + value.len()) as u64;
@@ -946,7 +999,7 @@ impl Engine {
                     let mut n = 0u64;
                     for row in merge_rows(
                         without_deleted(f.rows(), deletes, partition_id),
-                        rocks_rows(open_iter()?, partition_id),
+                        open_iter()?,
                     ) {
                         row?;
                         n += 1;
@@ -1031,11 +1084,8 @@ impl Engine {
             (Some(_), false, true) => return Ok(SealOutcome::AlreadySealed),
             _ => {}
         }
-        let open = rocks_rows(
-            snapshot.iterator_opt(
-                IteratorMode::From(&prefix, Direction::Forward),
-                partition_read_options(partition_id),
-            ),
+        let open = RocksRows::new(
+            snapshot.raw_iterator_opt(partition_read_options(partition_id)),
             partition_id,
         );
         let unique = std::time::SystemTime::now()

@@ -855,10 +855,10 @@ fn aggregate_batch(
         arrays.push(Arc::new(b.finish().with_timezone(TIME_ZONE)));
     }
     for t in 0..plan.group_tags.len() {
-        let mut b = StringBuilder::new();
+        let mut b = StringBuilder::with_capacity(keys.len(), 0);
         for (_, id) in keys {
             let tags = tag_values.get(*id as usize);
-            b.append_option(tags.and_then(|v| v.get(t)).cloned().flatten());
+            b.append_option(tags.and_then(|v| v.get(t)).and_then(Option::as_deref));
         }
         arrays.push(Arc::new(b.finish()));
     }

@@ -298,3 +298,58 @@ fn variance_modes_on_a_known_set() {
         Some(Value::F64(0.0))
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Feeding runs of values at once (`update_f64s`, `update_i64s`, as the
+    /// storage node does over a decoded page) leaves the same state, byte for
+    /// byte, as feeding them one by one in the same order at time 0.
+    #[test]
+    fn runs_fed_at_once_equal_values_fed_one_by_one(
+        (kind, ty, rows) in case(150),
+        cuts in prop::collection::vec(0usize..150, 0..6),
+    ) {
+        prop_assume!(matches!(ty, ValueType::F64 | ValueType::I64));
+        let mut one_by_one = State::new(kind, ty).unwrap();
+        for (_, v) in &rows {
+            one_by_one.update(0, v).unwrap();
+        }
+        let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(rows.len())).collect();
+        bounds.extend([0, rows.len()]);
+        bounds.sort_unstable();
+        let mut by_runs = State::new(kind, ty).unwrap();
+        for w in bounds.windows(2) {
+            let run = &rows[w[0]..w[1]];
+            match ty {
+                ValueType::F64 => {
+                    let v: Vec<f64> = run.iter().map(|(_, v)| match v {
+                        Value::F64(x) => *x,
+                        other => panic!("not F64: {other:?}"),
+                    }).collect();
+                    by_runs.update_f64s(&v).unwrap();
+                }
+                _ => {
+                    let v: Vec<i64> = run.iter().map(|(_, v)| match v {
+                        Value::I64(x) => *x,
+                        other => panic!("not I64: {other:?}"),
+                    }).collect();
+                    by_runs.update_i64s(&v).unwrap();
+                }
+            }
+        }
+        prop_assert_eq!(by_runs.encode(), one_by_one.encode());
+    }
+}
+
+#[test]
+fn a_run_of_the_wrong_type_is_refused_and_changes_nothing() {
+    let mut s = State::new(AggregateKind::Sum, ValueType::F64).unwrap();
+    s.update_f64s(&[1.5, 2.0]).unwrap();
+    let before = s.encode();
+    assert!(s.update_i64s(&[3]).is_err());
+    assert_eq!(s.encode(), before);
+    let mut m = State::new(AggregateKind::Max, ValueType::I64).unwrap();
+    assert!(m.update_f64s(&[1.0]).is_err());
+    assert!(m.is_empty());
+}

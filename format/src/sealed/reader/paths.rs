@@ -685,25 +685,14 @@ impl SealedFile {
                                 continue;
                             }
                             match (&page.values, &page.nulls) {
-                                // The common cases: a run of values folded as
-                                // its summary where the kind allows (the same
-                                // state as value by value), else a tight loop.
-                                (ColumnValues::Float64(v), None) => {
-                                    let v = &v[lo - off..hi - off];
-                                    if !(summarizable && fold_f64_run(st, v)?) {
-                                        for x in v {
-                                            update(st, 0, &PValue::F64(*x))?;
-                                        }
-                                    }
-                                }
-                                (ColumnValues::Int64(v), None) => {
-                                    let v = &v[lo - off..hi - off];
-                                    if !(summarizable && fold_i64_run(st, v)?) {
-                                        for x in v {
-                                            update(st, 0, &PValue::I64(*x))?;
-                                        }
-                                    }
-                                }
+                                // The common cases: the run fed at once (the
+                                // same state as value by value).
+                                (ColumnValues::Float64(v), None) => st
+                                    .update_f64s(&v[lo - off..hi - off])
+                                    .map_err(aggregate_error)?,
+                                (ColumnValues::Int64(v), None) => st
+                                    .update_i64s(&v[lo - off..hi - off])
+                                    .map_err(aggregate_error)?,
                                 _ => {
                                     for row in lo..hi {
                                         if let Some(v) = page_pvalue(page, row - off) {
@@ -1036,63 +1025,8 @@ fn point_key(q: &crate::scan::Query) -> Option<Vec<u8>> {
     crate::rows::encode_series(&tags).ok()
 }
 
-/// Folds a run of floats into a count, min or max state by its summary;
-/// false (nothing done) for other kinds, or when a NaN is in the run (states
-/// order one canonical NaN, total order has two).
-fn fold_f64_run(state: &mut State, v: &[f64]) -> Result<bool> {
-    if !matches!(
-        state.kind(),
-        AggregateKind::Count | AggregateKind::Min | AggregateKind::Max
-    ) {
-        return Ok(false);
-    }
-    let Some((&first, rest)) = v.split_first() else {
-        return Ok(true);
-    };
-    let (mut lo, mut hi) = (first, first);
-    let mut nan = first.is_nan();
-    for &x in rest {
-        nan |= x.is_nan();
-        if x.total_cmp(&lo).is_lt() {
-            lo = x;
-        }
-        if x.total_cmp(&hi).is_gt() {
-            hi = x;
-        }
-    }
-    if nan {
-        return Ok(false);
-    }
-    fold_summary(
-        state,
-        v.len() as u64,
-        None,
-        Some(&PValue::F64(lo)),
-        Some(&PValue::F64(hi)),
-    )?;
-    Ok(true)
-}
-
-/// Folds a run of integers into a count, sum, avg, min or max state by its
-/// summary (integer sums are exact, so this is the same state).
-fn fold_i64_run(state: &mut State, v: &[i64]) -> Result<bool> {
-    if v.is_empty() {
-        return Ok(true);
-    }
-    let (mut lo, mut hi, mut sum) = (i64::MAX, i64::MIN, 0i128);
-    for &x in v {
-        lo = lo.min(x);
-        hi = hi.max(x);
-        sum += i128::from(x);
-    }
-    fold_summary(
-        state,
-        v.len() as u64,
-        Some(SumOf::Int(sum)),
-        Some(&PValue::I64(lo)),
-        Some(&PValue::I64(hi)),
-    )?;
-    Ok(true)
+fn aggregate_error(e: sealion_partial::Error) -> Error {
+    Error::Invalid(format!("aggregate: {e}"))
 }
 
 fn no_group() -> Error {
