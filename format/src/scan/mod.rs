@@ -22,6 +22,7 @@
 //! Both must give the same answer for the same rows; the differential tests
 //! in `tests.rs` hold them to it.
 
+mod groups;
 pub mod predicate;
 #[cfg(test)]
 mod tests;
@@ -31,7 +32,8 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BinaryBuilder, StringBuilder, TimestampNanosecondBuilder};
+use arrow::array::{ArrayRef, BinaryArray, StringBuilder, TimestampNanosecondBuilder};
+use arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use sealion_common::catalog::TIME_ZONE;
@@ -39,6 +41,8 @@ use sealion_common::proto::{
     AggregateFunction, Column, ColumnKind, DataType, ScanMetrics, ScanOrder, ScanRequest,
 };
 use sealion_partial::{AggregateKind, State, Value as PValue, ValueType};
+
+use groups::{GroupIndex, GroupKey};
 
 use self::predicate::{FieldFilter, TagPred, compile_tags};
 use crate::rows::{BatchBuilder, Value, decode_fields, decode_series};
@@ -124,11 +128,16 @@ impl AggPlan {
         if self.width_ns <= 0 {
             return Ok(0);
         }
-        let (t, o, w) = (
-            i128::from(time_ns),
-            i128::from(self.origin_ns),
-            i128::from(self.width_ns),
-        );
+        let (o, w) = (self.origin_ns, self.width_ns);
+        // In i64 when nothing overflows (nearly always); else in i128.
+        if let Some(b) = time_ns
+            .checked_sub(o)
+            .and_then(|d| d.div_euclid(w).checked_mul(w))
+            .and_then(|d| d.checked_add(o))
+        {
+            return Ok(b);
+        }
+        let (t, o, w) = (i128::from(time_ns), i128::from(o), i128::from(w));
         let b = o + (t - o).div_euclid(w) * w;
         i64::try_from(b).map_err(|_| {
             Error::Invalid(format!(
@@ -454,8 +463,6 @@ impl Ord for Ranked {
     }
 }
 
-/// A group: its time bucket and the id of its group-tag values (interned).
-type GroupKey = (i64, u32);
 
 enum Collector {
     Rows {
@@ -470,7 +477,9 @@ enum Collector {
     },
     Aggregate {
         plan: AggPlan,
-        index: rustc_hash::FxHashMap<GroupKey, usize>,
+        index: GroupIndex,
+        /// The group found last, and its key.
+        last: Option<(GroupKey, usize)>,
         keys: Vec<GroupKey>,
         /// Distinct group-tag values, by id.
         tag_ids: HashMap<Vec<Option<String>>, u32>,
@@ -512,7 +521,8 @@ impl<'a> Output<'a> {
             },
             Mode::Aggregate(plan) => Collector::Aggregate {
                 plan: plan.clone(),
-                index: Default::default(),
+                index: GroupIndex::new(plan.width_ns),
+                last: None,
                 keys: Vec::new(),
                 tag_ids: HashMap::new(),
                 tag_values: Vec::new(),
@@ -691,9 +701,38 @@ impl<'a> Output<'a> {
     /// The index of the group of a row at `time_ns` of a series, created if
     /// new. Aggregate mode only.
     pub fn group(&mut self, time_ns: i64, ctx: &SeriesCtx) -> Result<usize> {
+        let bucket = match &self.collector {
+            Collector::Aggregate { plan, .. } => plan.bucket(time_ns)?,
+            _ => return Err(Error::Internal("group() outside an aggregate scan".into())),
+        };
+        self.group_of_bucket(bucket, ctx)
+    }
+
+    /// Makes room for `n` more groups (capped at the limit), so that a scan
+    /// that knows roughly how many it will make does not grow the tables
+    /// step by step. Aggregate mode only; elsewhere nothing.
+    pub fn reserve_groups(&mut self, n: usize) {
+        if let Collector::Aggregate {
+            plan, keys, states, ..
+        } = &mut self.collector
+        {
+            let calls = plan.calls.len().max(1);
+            let n = n
+                .min(MAX_GROUPS.saturating_sub(keys.len()))
+                .min((MAX_GROUP_STATES / calls).saturating_sub(keys.len()));
+            keys.reserve(n);
+            states.reserve(n * plan.calls.len());
+        }
+    }
+
+    /// The index of the group of bucket `bucket` (a bucket start, as
+    /// `AggPlan::bucket` gives it; 0 when not bucketed) of a series, created
+    /// if new. Aggregate mode only.
+    pub fn group_of_bucket(&mut self, bucket: i64, ctx: &SeriesCtx) -> Result<usize> {
         let Collector::Aggregate {
             plan,
             index,
+            last,
             keys,
             tag_ids,
             tag_values,
@@ -722,8 +761,17 @@ impl<'a> Output<'a> {
                 id
             }
         };
-        let key = (plan.bucket(time_ns)?, tags);
-        if let Some(&g) = index.get(&key) {
+        let key = (bucket, tags);
+        // Runs of one group often come one after another (a bucket split by
+        // a page boundary, rows of one series).
+        if let Some((k, g)) = *last
+            && k == key
+        {
+            return Ok(g);
+        }
+        if let Some(g) = index.get(key) {
+            let g = g as usize;
+            *last = Some((key, g));
             return Ok(g);
         }
         let sketches = plan.calls.iter().filter(|c| is_sketch(c.kind)).count();
@@ -739,10 +787,13 @@ impl<'a> Output<'a> {
         if fresh.len() != plan.calls.len() {
             return Err(Error::Internal("aggregate states could not be made".into()));
         }
-        index.insert(key, keys.len());
+        let g = keys.len();
+        // Below MAX_GROUPS, so it fits.
+        index.insert(key, g as u32);
         keys.push(key);
         states.extend(fresh.iter().cloned());
-        Ok(keys.len() - 1)
+        *last = Some((key, g));
+        Ok(g)
     }
 
     /// The states of group `g` (aggregate mode).
@@ -855,22 +906,37 @@ fn aggregate_batch(
         arrays.push(Arc::new(b.finish().with_timezone(TIME_ZONE)));
     }
     for t in 0..plan.group_tags.len() {
-        let mut b = StringBuilder::with_capacity(keys.len(), 0);
+        let tag = |id: u32| {
+            tag_values
+                .get(id as usize)
+                .and_then(|v| v.get(t))
+                .and_then(Option::as_deref)
+        };
+        let bytes = keys.iter().map(|(_, id)| tag(*id).map_or(0, str::len)).sum();
+        let mut b = StringBuilder::with_capacity(keys.len(), bytes);
         for (_, id) in keys {
-            let tags = tag_values.get(*id as usize);
-            b.append_option(tags.and_then(|v| v.get(t)).and_then(Option::as_deref));
+            b.append_option(tag(*id));
         }
         arrays.push(Arc::new(b.finish()));
     }
     for i in 0..plan.calls.len() {
-        let mut b = BinaryBuilder::new();
-        let mut buf = Vec::new();
+        // Every state encoded straight into one buffer, then made an array
+        // without copying.
+        let mut values = Vec::new();
+        let mut offsets = Vec::with_capacity(keys.len() + 1);
+        offsets.push(0i32);
         for s in states.chunks(plan.calls.len()) {
-            buf.clear();
-            s[i].encode_into(&mut buf);
-            b.append_value(&buf);
+            s[i].encode_into(&mut values);
+            offsets.push(i32::try_from(values.len()).map_err(|_| {
+                Error::Invalid("aggregate states over 2 GiB in one batch".into())
+            })?);
         }
-        arrays.push(Arc::new(b.finish()));
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+        arrays.push(Arc::new(BinaryArray::try_new(
+            offsets,
+            Buffer::from_vec(values),
+            None,
+        )?));
     }
     // With no bucket, group tag or call, the batch has no column: only its
     // row count (the number of groups) says anything.

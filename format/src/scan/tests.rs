@@ -1338,3 +1338,28 @@ fn a_fully_pinned_series_is_looked_up_by_key() {
         );
     }
 }
+
+proptest! {
+    /// `AggPlan::bucket` is `date_bin`'s `origin + floor((t - origin) /
+    /// width) * width`, computed exactly (in i128 here) for any time, width
+    /// and origin, and an error exactly when the bucket start is not an i64.
+    #[test]
+    fn buckets_are_date_bin_for_every_time_width_and_origin(
+        time in prop_oneof![any::<i64>(), -1_000_000i64..1_000_000, Just(i64::MIN), Just(i64::MAX)],
+        width in prop_oneof![1i64..1_000, 1i64..i64::MAX, Just(i64::MAX)],
+        origin in prop_oneof![Just(0i64), any::<i64>(), -1_000i64..1_000],
+    ) {
+        let plan = super::AggPlan {
+            width_ns: width,
+            origin_ns: origin,
+            group_tags: vec![],
+            calls: vec![],
+        };
+        let (t, o, w) = (i128::from(time), i128::from(origin), i128::from(width));
+        let want = o + (t - o).div_euclid(w) * w;
+        match plan.bucket(time) {
+            Ok(b) => prop_assert_eq!(i128::from(b), want),
+            Err(_) => prop_assert!(i64::try_from(want).is_err()),
+        }
+    }
+}

@@ -27,7 +27,7 @@ use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
 use crate::columnar::{ColumnType, ColumnValues, Page, StatValue, Sum};
 use crate::rows::{ColumnBuilder, Value, decode_fields};
 use crate::scan::predicate::{Expr, compare, holds};
-use crate::scan::{CallSource, Metrics, Mode, Output, SeriesCtx, update};
+use crate::scan::{AggPlan, CallSource, Metrics, Mode, Output, Query, SeriesCtx, update};
 use crate::sealed::format::series_cmp;
 use crate::{Error, Result, SCAN_BATCH_ROWS};
 use sealion_common::proto::ColumnKind;
@@ -510,6 +510,7 @@ impl SealedFile {
         // Pages folded from statistics, each counted once however many
         // calls used it.
         let mut folded: std::collections::HashSet<(usize, usize, usize)> = Default::default();
+        out.reserve_groups(self.groups_expected(plan, q, ctxs));
         for g in 0..self.groups.len() {
             if out.done() {
                 break;
@@ -530,7 +531,7 @@ impl SealedFile {
             let time_infos = &self.groups[g].chunks[self.time_chunk];
             for &(a, b, s) in &ranges {
                 if plan.width_ns == 0 {
-                    runs.push((a, b, s, out.group(0, &ctxs[s])?));
+                    runs.push((a, b, s, out.group_of_bucket(0, &ctxs[s])?));
                     continue;
                 }
                 for (p, lo, hi) in segments(time_infos, a, b) {
@@ -543,7 +544,7 @@ impl SealedFile {
                         if let (Ok(b0), Ok(b1)) = (plan.bucket(*t0), plan.bucket(*t1))
                             && b0 == b1
                         {
-                            runs.push((lo, hi, s, out.group(b0, &ctxs[s])?));
+                            runs.push((lo, hi, s, out.group_of_bucket(b0, &ctxs[s])?));
                             continue;
                         }
                     }
@@ -569,13 +570,13 @@ impl SealedFile {
                         }
                         let bucket = plan.bucket(t)?;
                         if bucket != current {
-                            runs.push((start, row, s, out.group(current, &ctxs[s])?));
+                            runs.push((start, row, s, out.group_of_bucket(current, &ctxs[s])?));
                             start = row;
                             current = bucket;
                             end = i128::from(current) + width;
                         }
                     }
-                    runs.push((start, hi, s, out.group(current, &ctxs[s])?));
+                    runs.push((start, hi, s, out.group_of_bucket(current, &ctxs[s])?));
                 }
             }
             for (i, call) in plan.calls.iter().enumerate() {
@@ -708,6 +709,30 @@ impl SealedFile {
         }
         Metrics::add(&out.metrics.pages_from_stats, folded.len() as u64);
         Ok(touched)
+    }
+
+    /// About how many groups an aggregate over this file makes: the distinct
+    /// group-tag values of the series that pass, times the buckets between
+    /// the file's (or the query's) first and last time; never more than the
+    /// rows of those series (each group holds one at least).
+    fn groups_expected(&self, plan: &AggPlan, q: &Query, ctxs: &[SeriesCtx]) -> usize {
+        let passing = || ctxs.iter().zip(&self.series).filter(|(c, _)| c.passes);
+        let rows: u64 = passing().map(|(_, s)| s.rows).sum();
+        let groups: std::collections::HashSet<&Vec<Option<String>>> =
+            passing().map(|(c, _)| &c.group).collect();
+        let buckets = if plan.width_ns > 0 {
+            let from = i128::from(self.summary.min_time_ns.max(q.start_ns));
+            let to = i128::from(self.summary.max_time_ns.min(q.end_ns.saturating_sub(1)));
+            ((to - from).max(0) / i128::from(plan.width_ns) + 2)
+                .try_into()
+                .unwrap_or(usize::MAX)
+        } else {
+            1
+        };
+        groups
+            .len()
+            .saturating_mul(buckets)
+            .min(usize::try_from(rows).unwrap_or(usize::MAX))
     }
 
     /// Folds page `p` of chunk `c` of group `g` into `state` from the page's
