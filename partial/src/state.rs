@@ -201,7 +201,15 @@ impl State {
                         best = x;
                     }
                 }
-                offer_extreme(current, &Value::F64(best), want);
+                match current {
+                    // In place: the common case, no Value built or dropped.
+                    Some(Value::F64(c)) => {
+                        if best.total_cmp(c) == want {
+                            *c = best;
+                        }
+                    }
+                    _ => offer_extreme(current, &Value::F64(best), want),
+                }
             }
             _ => {
                 // Kinds that keep more than a summary: value by value, on a

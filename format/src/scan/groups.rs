@@ -49,11 +49,14 @@ impl GroupIndex {
     /// The slot of `bucket` in a run based at `base`, if it is on the run's
     /// grid (possibly before or past its ends).
     fn offset(&self, base: i64, bucket: i64) -> Option<i128> {
-        let d = i128::from(bucket) - i128::from(base);
         if self.width == 0 {
-            return (d == 0).then_some(0);
+            return (bucket == base).then_some(0);
         }
-        let w = i128::from(self.width);
+        // In i64 unless the difference overflows it.
+        if let Some(d) = bucket.checked_sub(base) {
+            return (d % self.width == 0).then_some(i128::from(d / self.width));
+        }
+        let (d, w) = (i128::from(bucket) - i128::from(base), i128::from(self.width));
         (d % w == 0).then_some(d / w)
     }
 

@@ -95,7 +95,39 @@ fn segments(
     b: usize,
 ) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
     let first = infos.partition_point(|i| (i.first_row + i.rows) as usize <= a);
-    infos[first..]
+    segments_from(infos, first, a, b)
+}
+
+/// `segments` for ranges that mostly come in ascending order: the search
+/// for the first page starts at `hint` (left at that page for the next
+/// range) and walks forward, falling back to a binary search when `a` lies
+/// before it.
+fn segments_after<'a>(
+    infos: &'a [PageInfo],
+    hint: &mut usize,
+    a: usize,
+    b: usize,
+) -> impl Iterator<Item = (usize, usize, usize)> + 'a {
+    let end = |i: &PageInfo| (i.first_row + i.rows) as usize;
+    if infos.get(*hint).is_none_or(|i| i.first_row as usize > a) {
+        *hint = infos.partition_point(|i| end(i) <= a);
+    } else {
+        while infos.get(*hint).is_some_and(|i| end(i) <= a) {
+            *hint += 1;
+        }
+    }
+    segments_from(infos, *hint, a, b)
+}
+
+/// The pages from `first` on that start before `b`, each with the rows it
+/// shares with `[a, b)` where `a` lies in page `first` or before it.
+fn segments_from(
+    infos: &[PageInfo],
+    first: usize,
+    a: usize,
+    b: usize,
+) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+    infos[first.min(infos.len())..]
         .iter()
         .enumerate()
         .map(move |(k, info)| (first + k, info))
@@ -642,8 +674,9 @@ impl SealedFile {
                         // from pages decoded once, all together.
                         let mut segs: Vec<(usize, usize, usize, usize)> = Vec::new();
                         let mut wanted: Ranges = Vec::new();
+                        let mut hint = 0;
                         for &(a, b, s, grp) in &runs {
-                            for (p, lo, hi) in segments(infos, a, b) {
+                            for (p, lo, hi) in segments_after(infos, &mut hint, a, b) {
                                 let info = &infos[p];
                                 let whole = lo == info.first_row as usize
                                     && hi == (info.first_row + info.rows) as usize;
