@@ -754,6 +754,15 @@ impl Engine {
         )
     }
 
+    /// Waits until RocksDB has no flush or compaction running or pending
+    /// (what the store looks like once writes have been quiet a while), so
+    /// that a benchmark of what follows is not charged for it.
+    pub fn wait_for_background_work(&self) -> Result<()> {
+        self.db
+            .wait_for_compact(&rocksdb::WaitForCompactOptions::default())?;
+        Ok(())
+    }
+
     pub fn sealed_file(&self, partition_id: u64) -> Result<Option<Arc<SealedFile>>> {
         Ok(self
             .sealed
