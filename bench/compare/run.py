@@ -56,13 +56,22 @@ def log(msg: str) -> None:
     print(f"[{dt.datetime.now(dt.timezone.utc):%H:%M:%S}] {msg}", flush=True)
 
 
-def ensure_deps(want_ingest_peers: list[str]) -> dict:
-    """pip/apt installs what is missing; returns notes on what was done."""
-    notes = {}
+def ensure_pip() -> list[str]:
+    """pip installs the Python packages that are missing; returns them."""
     missing = [pkg for mod, pkg in PIP.items() if importlib.util.find_spec(mod) is None]
     if missing:
         log(f"pip install {' '.join(missing)}")
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], check=True)
+        importlib.invalidate_caches()
+    return missing
+
+
+def ensure_deps(want_ingest_peers: list[str], pip_installed: list[str]) -> dict:
+    """apt installs what is missing (pip ran first: gen.py needs numpy
+    before the arguments can be read); returns notes on what was done."""
+    notes = {}
+    missing = pip_installed + ensure_pip()
+    if missing:
         notes["pip"] = missing
     apt = []
     if not Path("/usr/lib/postgresql/15/bin/initdb").exists():
@@ -197,6 +206,9 @@ def csv_batches(path: Path, rows_per_batch: int, limit: int) -> list[bytes]:
 
 
 def main() -> int:
+    # gen.py, which names the scales, needs numpy: on a fresh machine the
+    # Python packages are installed before it is imported.
+    pip_installed = [] if "--no-install" in sys.argv[1:] else ensure_pip()
     from gen import SCALES
     ap = argparse.ArgumentParser(description="Sealion against peer systems (issue 7).")
     ap.add_argument("--scale", choices=list(SCALES), default="quick")
@@ -262,7 +274,7 @@ def main() -> int:
                                  "ingest_clients": clients, "seed": a.seed, "only": a.only},
                     "loadavg_start": Path("/proc/loadavg").read_text().split()[:3]}
     if not a.no_install:
-        result["installed"] = ensure_deps(ingest_systems)
+        result["installed"] = ensure_deps(ingest_systems, pip_installed)
 
     import gen
     import parity
