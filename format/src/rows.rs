@@ -207,6 +207,36 @@ pub fn decode_fields(value: &[u8]) -> Option<Vec<(&str, Value)>> {
     Some(out)
 }
 
+/// Calls `f(name, value)` for each field of a row value, in the order
+/// stored, until `f` returns false; the name as bytes, not checked as UTF-8
+/// (callers compare it with names they know and check it only when it is
+/// new to them). False when the value is malformed (text values must be
+/// UTF-8); `f` has then seen the fields before the fault.
+pub fn for_each_field_value(value: &[u8], mut f: impl FnMut(&[u8], Value) -> bool) -> bool {
+    let mut r = Reader { buf: value };
+    if r.u8() != Some(ROW_FORMAT_V1) {
+        return false;
+    }
+    while !r.buf.is_empty() {
+        let Some(name) = r.u16().and_then(|n| r.take(n)) else {
+            return false;
+        };
+        let v = match r.u8() {
+            Some(T_F64) => r.u64().map(|x| Value::F64(f64::from_bits(x))),
+            Some(T_I64) => r.u64().map(|x| Value::I64(x as i64)),
+            Some(T_U64) => r.u64().map(Value::U64),
+            Some(T_BOOL) => r.u8().map(|x| Value::Bool(x != 0)),
+            Some(T_STR) => r.str32().map(|x| Value::Str(x.to_string())),
+            _ => None,
+        };
+        let Some(v) = v else { return false };
+        if !f(name, v) {
+            return true;
+        }
+    }
+    true
+}
+
 /// Calls `f(name, type, payload)` for each field of a row value, in the
 /// order stored; false when the value is malformed.
 pub fn for_each_field(value: &[u8], mut f: impl FnMut(&str, u8, &[u8])) -> bool {

@@ -1115,7 +1115,24 @@ fn rows_out_of_order_or_unknown_fields_are_refused_and_leave_no_file() {
         col("host", ColumnKind::Tag, DataType::String),
         col("v", ColumnKind::Field, DataType::Int64),
     ];
-    assert!(write_sealed(&path, 1, &wrong, model.iter().cloned().map(Ok)).is_err());
+    let e = write_sealed(&path, 1, &wrong, model.iter().cloned().map(Ok)).unwrap_err();
+    assert!(e.to_string().contains("\"v\" holds"), "{e}");
+    assert!(!path.exists());
+    // A row value cut short, and a field name that is not UTF-8 (the value
+    // is version byte, name length, name "v", type, payload), in a later row
+    // than the first, whose field names the writer has then seen.
+    let mut cut = model[1].clone();
+    cut.value.truncate(cut.value.len() - 3);
+    let mut not_utf8 = model[1].clone();
+    assert_eq!(not_utf8.value[3], b'v');
+    not_utf8.value[3] = 0xff;
+    for (bad, says) in [(cut, "bad row value"), (not_utf8, "not UTF-8")] {
+        let rows = vec![model[0].clone(), bad];
+        let e = write_sealed(&path, 1, &columns, rows.into_iter().map(Ok)).unwrap_err();
+        assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+        assert!(!path.exists());
+    }
     // An error from the row source.
     let e = write_sealed(
         &path,

@@ -26,7 +26,7 @@ use super::{SealedSummary, SortedRow};
 use crate::columnar::{
     self, ColumnType, ColumnValues, EncodeOptions, MAX_PAGE_VALUES, Page, StatValue,
 };
-use crate::rows::{Value, decode_fields, decode_series};
+use crate::rows::{Value, decode_fields, decode_series, for_each_field_value};
 use crate::{Error, Result};
 
 /// Text pages are cut before their values pass this many bytes, far below
@@ -507,31 +507,26 @@ impl<'a> Writer<'a> {
         }
 
         // Any error aborts the whole write, so nothing needs undoing.
-        let parsed = decode_fields(&value)
-            .ok_or_else(|| self.corrupt(format!("row {row_index}: bad row value")))?;
-        for (j, (name, v)) in parsed.into_iter().enumerate() {
-            // Rows of one table mostly list the same fields in the same
-            // order: compare with the previous row's before hashing.
-            let chunk = match self.last_fields.get(j) {
-                Some((n, c)) if n == name => *c,
-                _ => {
-                    let Some(&chunk) = self.fields.get(name) else {
-                        return Err(self.invalid(format!(
-                            "row {row_index}: field {name:?} is not a column of the table"
-                        )));
-                    };
-                    self.last_fields.truncate(j);
-                    self.last_fields.push((name.to_string(), chunk));
-                    chunk
+        let mut failed = None;
+        let mut j = 0;
+        let well_formed = for_each_field_value(&value, |name, v| {
+            match self.field_chunk(j, name, &v, row_index) {
+                Ok(chunk) => {
+                    self.slots[chunk] = Some(v);
+                    j += 1;
+                    true
                 }
-            };
-            if !value::value_fits(&v, self.specs[chunk].ty) {
-                return Err(self.invalid(format!(
-                    "row {row_index}: field {name:?} holds {v:?}, the column is {:?}",
-                    self.specs[chunk].ty
-                )));
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
             }
-            self.slots[chunk] = Some(v);
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if !well_formed {
+            return Err(self.corrupt(format!("row {row_index}: bad row value")));
         }
 
         let Some(cur) = self.current.as_mut() else {
@@ -568,6 +563,39 @@ impl<'a> Writer<'a> {
             self.flush_group()?;
         }
         Ok(())
+    }
+
+    /// The chunk of the `j`th field of a row, named `name` and holding `v`;
+    /// an error when it is not a column of the table or not of its type.
+    fn field_chunk(&mut self, j: usize, name: &[u8], v: &Value, row_index: u64) -> Result<usize> {
+        // Rows of one table mostly list the same fields in the same order:
+        // compare with the previous row's (as bytes) before anything else.
+        let chunk = match self.last_fields.get(j) {
+            Some((n, c)) if n.as_bytes() == name => *c,
+            _ => {
+                let Ok(name) = std::str::from_utf8(name) else {
+                    return Err(self.corrupt(format!(
+                        "row {row_index}: a field name is not UTF-8"
+                    )));
+                };
+                let Some(&chunk) = self.fields.get(name) else {
+                    return Err(self.invalid(format!(
+                        "row {row_index}: field {name:?} is not a column of the table"
+                    )));
+                };
+                self.last_fields.truncate(j);
+                self.last_fields.push((name.to_string(), chunk));
+                chunk
+            }
+        };
+        if !value::value_fits(v, self.specs[chunk].ty) {
+            return Err(self.invalid(format!(
+                "row {row_index}: field {:?} holds {v:?}, the column is {:?}",
+                String::from_utf8_lossy(name),
+                self.specs[chunk].ty
+            )));
+        }
+        Ok(chunk)
     }
 
     fn start_series(&mut self, key: Vec<u8>, first_row: u64) -> Result<()> {
