@@ -211,15 +211,8 @@ impl State {
                     _ => offer_extreme(current, &Value::F64(best), want),
                 }
             }
-            _ => {
-                // Kinds that keep more than a summary: value by value, on a
-                // copy so that an error leaves the state untouched.
-                let mut copy = self.clone();
-                for &x in values {
-                    copy.update(0, &Value::F64(x))?;
-                }
-                *self = copy;
-            }
+            // Kinds that keep more than a summary.
+            _ => self.update_each(values.iter().map(|&x| Value::F64(x)))?,
         }
         Ok(())
     }
@@ -248,14 +241,19 @@ impl State {
                     offer_extreme(current, &Value::I64(best), want);
                 }
             }
-            _ => {
-                let mut copy = self.clone();
-                for &x in values {
-                    copy.update(0, &Value::I64(x))?;
-                }
-                *self = copy;
-            }
+            _ => self.update_each(values.iter().map(|&x| Value::I64(x)))?,
         }
+        Ok(())
+    }
+
+    /// Feeds `values` one by one (time 0) to a copy, so that an error leaves
+    /// the state untouched.
+    fn update_each(&mut self, values: impl Iterator<Item = Value>) -> Result<()> {
+        let mut copy = self.clone();
+        for v in values {
+            copy.update(0, &v)?;
+        }
+        *self = copy;
         Ok(())
     }
 
