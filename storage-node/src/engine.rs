@@ -52,6 +52,8 @@ pub use sealion_format::SCAN_BATCH_ROWS;
 /// Write-ahead log bytes past which RocksDB flushes the column families
 /// that keep the oldest log alive (two default memtables).
 const MAX_TOTAL_WAL_BYTES: u64 = 128 << 20;
+/// How far ahead a seal reads the partition's table files.
+const SEAL_READAHEAD_BYTES: usize = 4 << 20;
 /// Column family that records which file holds each sealed partition.
 const SEALED_CF: &str = "sealed";
 /// Column family of the delete log: (partition, sequence) -> predicate.
@@ -1093,10 +1095,12 @@ impl Engine {
             (Some(_), false, true) => return Ok(SealOutcome::AlreadySealed),
             _ => {}
         }
-        let open = RocksRows::new(
-            snapshot.raw_iterator_opt(partition_read_options(partition_id)),
-            partition_id,
-        );
+        // One pass over the whole partition: read ahead in large steps and
+        // keep its blocks out of the block cache (they are not read again).
+        let mut read = partition_read_options(partition_id);
+        read.fill_cache(false);
+        read.set_readahead_size(SEAL_READAHEAD_BYTES);
+        let open = RocksRows::new(snapshot.raw_iterator_opt(read), partition_id);
         let unique = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
