@@ -187,24 +187,19 @@ pub fn decode_series(series: &[u8]) -> Option<Vec<(&str, &str)>> {
 
 /// Decodes a row value into (field name, value) pairs.
 pub fn decode_fields(value: &[u8]) -> Option<Vec<(&str, Value)>> {
-    let mut r = Reader { buf: value };
-    if r.u8()? != ROW_FORMAT_V1 {
-        return None;
-    }
     let mut out = Vec::new();
-    while !r.buf.is_empty() {
-        let name = r.str16()?;
-        let v = match r.u8()? {
-            T_F64 => Value::F64(f64::from_bits(r.u64()?)),
-            T_I64 => Value::I64(r.u64()? as i64),
-            T_U64 => Value::U64(r.u64()?),
-            T_BOOL => Value::Bool(r.u8()? != 0),
-            T_STR => Value::Str(r.str32()?.to_string()),
-            _ => return None,
-        };
-        out.push((name, v));
-    }
-    Some(out)
+    let mut names_ok = true;
+    let well_formed = for_each_field_value(value, |name, v| match std::str::from_utf8(name) {
+        Ok(name) => {
+            out.push((name, v));
+            true
+        }
+        Err(_) => {
+            names_ok = false;
+            false
+        }
+    });
+    (well_formed && names_ok).then_some(out)
 }
 
 /// Calls `f(name, value)` for each field of a row value, in the order
@@ -212,7 +207,10 @@ pub fn decode_fields(value: &[u8]) -> Option<Vec<(&str, Value)>> {
 /// (callers compare it with names they know and check it only when it is
 /// new to them). False when the value is malformed (text values must be
 /// UTF-8); `f` has then seen the fields before the fault.
-pub fn for_each_field_value(value: &[u8], mut f: impl FnMut(&[u8], Value) -> bool) -> bool {
+pub fn for_each_field_value<'a>(
+    value: &'a [u8],
+    mut f: impl FnMut(&'a [u8], Value) -> bool,
+) -> bool {
     let mut r = Reader { buf: value };
     if r.u8() != Some(ROW_FORMAT_V1) {
         return false;

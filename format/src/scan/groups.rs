@@ -56,7 +56,10 @@ impl GroupIndex {
         if let Some(d) = bucket.checked_sub(base) {
             return (d % self.width == 0).then_some(i128::from(d / self.width));
         }
-        let (d, w) = (i128::from(bucket) - i128::from(base), i128::from(self.width));
+        let (d, w) = (
+            i128::from(bucket) - i128::from(base),
+            i128::from(self.width),
+        );
         (d % w == 0).then_some(d / w)
     }
 

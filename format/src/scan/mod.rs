@@ -463,7 +463,6 @@ impl Ord for Ranked {
     }
 }
 
-
 enum Collector {
     Rows {
         builder: BatchBuilder,
@@ -912,7 +911,10 @@ fn aggregate_batch(
                 .and_then(|v| v.get(t))
                 .and_then(Option::as_deref)
         };
-        let bytes = keys.iter().map(|(_, id)| tag(*id).map_or(0, str::len)).sum();
+        let bytes = keys
+            .iter()
+            .map(|(_, id)| tag(*id).map_or(0, str::len))
+            .sum();
         let mut b = StringBuilder::with_capacity(keys.len(), bytes);
         for (_, id) in keys {
             b.append_option(tag(*id));
@@ -927,9 +929,11 @@ fn aggregate_batch(
         offsets.push(0i32);
         for s in states.chunks(plan.calls.len()) {
             s[i].encode_into(&mut values);
-            offsets.push(i32::try_from(values.len()).map_err(|_| {
-                Error::Invalid("aggregate states over 2 GiB in one batch".into())
-            })?);
+            offsets.push(
+                i32::try_from(values.len()).map_err(|_| {
+                    Error::Invalid("aggregate states over 2 GiB in one batch".into())
+                })?,
+            );
         }
         let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
         arrays.push(Arc::new(BinaryArray::try_new(
@@ -959,9 +963,12 @@ pub fn to_partial(v: Value) -> PValue {
 }
 
 pub fn update(state: &mut State, time_ns: i64, v: &PValue) -> Result<()> {
-    state
-        .update(time_ns, v)
-        .map_err(|e| Error::Invalid(format!("aggregate: {e}")))
+    state.update(time_ns, v).map_err(aggregate_error)
+}
+
+/// A partial state's refusal, as a scan reports it.
+pub(crate) fn aggregate_error(e: sealion_partial::Error) -> Error {
+    Error::Invalid(format!("aggregate: {e}"))
 }
 
 /// The values of the filter's columns in a decoded row, in filter order.

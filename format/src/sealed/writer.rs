@@ -574,9 +574,7 @@ impl<'a> Writer<'a> {
             Some((n, c)) if n.as_bytes() == name => *c,
             _ => {
                 let Ok(name) = std::str::from_utf8(name) else {
-                    return Err(self.corrupt(format!(
-                        "row {row_index}: a field name is not UTF-8"
-                    )));
+                    return Err(self.corrupt(format!("row {row_index}: a field name is not UTF-8")));
                 };
                 let Some(&chunk) = self.fields.get(name) else {
                     return Err(self.invalid(format!(

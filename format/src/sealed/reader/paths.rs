@@ -27,7 +27,9 @@ use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
 use crate::columnar::{ColumnType, ColumnValues, Page, StatValue, Sum};
 use crate::rows::{ColumnBuilder, Value, decode_fields};
 use crate::scan::predicate::{Expr, compare, holds};
-use crate::scan::{AggPlan, CallSource, Metrics, Mode, Output, Query, SeriesCtx, update};
+use crate::scan::{
+    AggPlan, CallSource, Metrics, Mode, Output, Query, SeriesCtx, aggregate_error, update,
+};
 use crate::sealed::format::series_cmp;
 use crate::{Error, Result, SCAN_BATCH_ROWS};
 use sealion_common::proto::ColumnKind;
@@ -1083,10 +1085,6 @@ fn point_key(q: &crate::scan::Query) -> Option<Vec<u8>> {
     crate::rows::encode_series(&tags).ok()
 }
 
-fn aggregate_error(e: sealion_partial::Error) -> Error {
-    Error::Invalid(format!("aggregate: {e}"))
-}
-
 fn no_group() -> Error {
     Error::Internal("aggregate group vanished".into())
 }
@@ -1100,5 +1098,5 @@ fn fold_summary(
 ) -> Result<()> {
     state
         .update_summary(count, sum, min, max)
-        .map_err(|e| Error::Invalid(format!("aggregate: {e}")))
+        .map_err(aggregate_error)
 }
