@@ -9,6 +9,7 @@
 pub mod catalog;
 pub mod channels;
 pub mod error;
+pub mod local;
 pub mod meta_client;
 pub mod telemetry;
 pub mod time;

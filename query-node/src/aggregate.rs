@@ -73,6 +73,7 @@ use sealion_common::proto::{AggregateCall, AggregateFunction, AggregateSpec, Col
 use sealion_format::scan::{BUCKET_COLUMN, kind_of, state_column, value_type};
 use sealion_partial::{Finalize, State, Value, ValueType};
 
+use crate::scan_exec::SealionScanExec;
 use crate::table::{ScanShape, SealionTable, is_time_column, literal_ns};
 
 /// One aggregate call as the nodes compute it and the query node finishes
@@ -152,6 +153,17 @@ pub fn describe_spec(spec: &AggregateSpec) -> String {
     text
 }
 
+/// `ORDER BY <bucket> [DESC] LIMIT n` above a pushed aggregate: only the
+/// groups of the newest (oldest) buckets are wanted, so partitions are read
+/// one time range at a time from that end, and reading stops once `groups`
+/// groups are complete, that is, lie in buckets no partition left to read
+/// can reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketLimit {
+    pub newest_first: bool,
+    pub groups: usize,
+}
+
 /// The logical node that replaces a pushed aggregate. It is a leaf: the scan
 /// it stands for is planned by the table when the node is made physical.
 #[derive(Clone)]
@@ -160,8 +172,29 @@ pub struct SealionAggregate {
     table_id: u64,
     filters: Vec<Expr>,
     agg: PushedAggregate,
+    bucket_limit: Option<BucketLimit>,
     schema: DFSchemaRef,
+    /// What EXPLAIN prints: `base_text` and the bucket limit, if any.
     text: String,
+    base_text: String,
+}
+
+impl SealionAggregate {
+    fn with_bucket_limit(&self, limit: BucketLimit) -> Self {
+        let mut node = self.clone();
+        node.bucket_limit = Some(limit);
+        node.text = format!(
+            "{} then {} buckets first, stop after {} complete groups",
+            self.base_text,
+            if limit.newest_first {
+                "newest"
+            } else {
+                "oldest"
+            },
+            limit.groups
+        );
+        node
+    }
 }
 
 crate::leaf::leaf_scan_node!(SealionAggregate);
@@ -264,9 +297,113 @@ fn pushable(agg: &Aggregate) -> Option<SealionAggregate> {
         table_id: t.id,
         filters,
         agg: pushed,
+        bucket_limit: None,
         schema: agg.schema.clone(),
+        base_text: text.clone(),
         text,
     })
+}
+
+/// Bucket-limit pushdown: a `Sort` with a fetch of `n` whose first key is
+/// the time bucket of a pushed aggregate below it (through projections that
+/// only rename) gives that aggregate a [`BucketLimit`] of `n` groups. The
+/// `Sort` stays: the aggregate then answers only complete groups, at least
+/// `n` of them, all in buckets ahead of any group it did not finish, so the
+/// sort's first `n` rows are the ones it would pick from every group.
+#[derive(Debug, Default)]
+pub struct BucketLimitPushdown;
+
+impl OptimizerRule for BucketLimitPushdown {
+    fn name(&self) -> &str {
+        "sealion_bucket_limit_pushdown"
+    }
+
+    fn apply_order(&self) -> Option<ApplyOrder> {
+        Some(ApplyOrder::TopDown)
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn OptimizerConfig,
+    ) -> DfResult<Transformed<LogicalPlan>> {
+        let LogicalPlan::Sort(sort) = &plan else {
+            return Ok(Transformed::no(plan));
+        };
+        let (Some(fetch), Some(first)) = (sort.fetch, sort.expr.first()) else {
+            return Ok(Transformed::no(plan));
+        };
+        let Expr::Column(key) = &first.expr else {
+            return Ok(Transformed::no(plan));
+        };
+        if fetch == 0 {
+            return Ok(Transformed::no(plan));
+        }
+        let limit = BucketLimit {
+            newest_first: !first.asc,
+            groups: fetch,
+        };
+        match bucket_limited(sort.input.as_ref(), key, limit)? {
+            Some(input) => Ok(Transformed::yes(LogicalPlan::Sort(
+                datafusion::logical_expr::Sort {
+                    expr: sort.expr.clone(),
+                    input: Arc::new(input),
+                    fetch: sort.fetch,
+                },
+            ))),
+            None => Ok(Transformed::no(plan)),
+        }
+    }
+}
+
+/// `plan` with the pushed aggregate whose bucket column `key` names given
+/// `limit`, looking through projections that rename columns.
+fn bucket_limited(
+    plan: &LogicalPlan,
+    key: &datafusion::common::Column,
+    limit: BucketLimit,
+) -> DfResult<Option<LogicalPlan>> {
+    match plan {
+        LogicalPlan::Projection(p) => {
+            let Ok(i) = p.schema.index_of_column(key) else {
+                return Ok(None);
+            };
+            let mut e = &p.expr[i];
+            while let Expr::Alias(a) = e {
+                e = a.expr.as_ref();
+            }
+            let Expr::Column(inner) = e else {
+                return Ok(None);
+            };
+            match bucket_limited(&p.input, inner, limit)? {
+                Some(input) => Ok(Some(plan.with_new_exprs(p.expr.clone(), vec![input])?)),
+                None => Ok(None),
+            }
+        }
+        LogicalPlan::Extension(ext) => {
+            let Some(node) = ext.node.as_any().downcast_ref::<SealionAggregate>() else {
+                return Ok(None);
+            };
+            let Ok(i) = node.schema.index_of_column(key) else {
+                return Ok(None);
+            };
+            if node.agg.groups.get(i) != Some(&GroupOut::Bucket) {
+                return Ok(None);
+            }
+            // Set once; a later, larger fetch (it does not happen, but a
+            // smaller limit would then be wrong) replaces it.
+            if let Some(old) = node.bucket_limit
+                && old.newest_first == limit.newest_first
+                && old.groups >= limit.groups
+            {
+                return Ok(None);
+            }
+            Ok(Some(LogicalPlan::Extension(Extension {
+                node: Arc::new(node.with_bucket_limit(limit)),
+            })))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// A scan of a Sealion table whose every filter conjunct the nodes
@@ -613,11 +750,13 @@ impl ExtensionPlanner for AggregatePlanner {
             aggregate: Some(spec),
             order: sealion_common::proto::ScanOrder::OrderSeries,
             last_per_series: false,
+            steps: node.bucket_limit.map(|l| l.newest_first),
         })?;
         let schema = Arc::new(node.schema.as_arrow().clone());
         Ok(Some(Arc::new(SealionAggregateExec::new(
             Arc::new(scan),
             node.agg.clone(),
+            node.bucket_limit,
             schema,
         ))))
     }
@@ -649,6 +788,7 @@ fn state_schema(agg: &PushedAggregate) -> SchemaRef {
 pub struct SealionAggregateExec {
     input: Arc<dyn ExecutionPlan>,
     agg: PushedAggregate,
+    bucket_limit: Option<BucketLimit>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
 }
@@ -660,7 +800,12 @@ impl fmt::Debug for SealionAggregateExec {
 }
 
 impl SealionAggregateExec {
-    fn new(input: Arc<dyn ExecutionPlan>, agg: PushedAggregate, schema: SchemaRef) -> Self {
+    fn new(
+        input: Arc<dyn ExecutionPlan>,
+        agg: PushedAggregate,
+        bucket_limit: Option<BucketLimit>,
+        schema: SchemaRef,
+    ) -> Self {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(schema.clone()),
             Partitioning::UnknownPartitioning(1),
@@ -670,6 +815,7 @@ impl SealionAggregateExec {
         SealionAggregateExec {
             input,
             agg,
+            bucket_limit,
             schema,
             properties: Arc::new(properties),
         }
@@ -688,7 +834,16 @@ impl DisplayAs for SealionAggregateExec {
             f,
             "SealionAggregateExec: merge partial states, finalize=[{}]",
             finals.join(", ")
-        )
+        )?;
+        if let Some(l) = self.bucket_limit {
+            write!(
+                f,
+                ", partitions {} first until {} groups are complete",
+                if l.newest_first { "newest" } else { "oldest" },
+                l.groups
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -724,6 +879,7 @@ impl ExecutionPlan for SealionAggregateExec {
         Ok(Arc::new(SealionAggregateExec::new(
             input,
             self.agg.clone(),
+            self.bucket_limit,
             self.schema.clone(),
         )))
     }
@@ -734,15 +890,24 @@ impl ExecutionPlan for SealionAggregateExec {
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         crate::leaf::only_partition(partition, "SealionAggregateExec")?;
+        let reservation =
+            MemoryConsumer::new("SealionAggregateExec").register(context.memory_pool());
+        let mut merger = Merger::new(self.agg.clone(), self.schema.clone(), reservation);
+        let schema = self.schema.clone();
+        if let (Some(limit), Some(scan)) = (self.bucket_limit, stepped_scan(&self.input))
+            && !scan.step_ranges().is_empty()
+        {
+            let stream = futures::stream::once(async move {
+                merge_in_steps(&scan, limit, &mut merger).await?;
+                merger.finish()
+            });
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)));
+        }
         let n = self.input.properties().partitioning.partition_count();
         let mut inputs = Vec::with_capacity(n);
         for i in 0..n {
             inputs.push(self.input.execute(i, context.clone())?);
         }
-        let reservation =
-            MemoryConsumer::new("SealionAggregateExec").register(context.memory_pool());
-        let mut merger = Merger::new(self.agg.clone(), self.schema.clone(), reservation);
-        let schema = self.schema.clone();
         let stream = futures::stream::once(async move {
             let mut all = futures::stream::select_all(inputs);
             while let Some(batch) = all.next().await {
@@ -752,6 +917,72 @@ impl ExecutionPlan for SealionAggregateExec {
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
+}
+
+/// The scan under `plan` when it is a [`SealionScanExec`] planned in
+/// steps, looking through the `CooperativeExec` DataFusion puts above
+/// leaves (the steps' streams run in this exec's own stream, which yields
+/// between batches all the same).
+fn stepped_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<SealionScanExec>> {
+    let mut plan = plan.clone();
+    loop {
+        let any: Arc<dyn std::any::Any + Send + Sync> = plan.clone();
+        if let Ok(scan) = any.downcast::<SealionScanExec>() {
+            return Some(scan);
+        }
+        let any: &dyn std::any::Any = plan.as_ref();
+        let coop = any.downcast_ref::<datafusion::physical_plan::coop::CooperativeExec>()?;
+        plan = coop.input().clone();
+    }
+}
+
+/// Runs `scan`'s steps one after another into `merger` until `limit`
+/// groups are complete, then keeps only the complete groups.
+///
+/// A step's partitions hold rows of their time range only. After a step,
+/// the rows still to come lie before the latest end (after the earliest
+/// start) of the steps left, so they can reach no bucket after (before)
+/// that time's bucket: groups in those buckets are complete.
+async fn merge_in_steps(
+    scan: &SealionScanExec,
+    limit: BucketLimit,
+    merger: &mut Merger,
+) -> DfResult<()> {
+    let ranges = scan.step_ranges();
+    let plan = sealion_format::scan::AggPlan {
+        width_ns: merger.agg.width_ns,
+        origin_ns: merger.agg.origin_ns,
+        group_tags: Vec::new(),
+        calls: Vec::new(),
+    };
+    for step in 0..ranges.len() {
+        let mut answers = scan.execute_step(step);
+        while let Some(batch) = answers.next().await {
+            merger.add(&batch?)?;
+        }
+        let rest = &ranges[step + 1..];
+        let edge = if limit.newest_first {
+            rest.iter().map(|r| r.1.saturating_sub(1)).max()
+        } else {
+            rest.iter().map(|r| r.0).min()
+        };
+        // A bucket out of i64's range (an error) is no reason to stop.
+        let Some(Ok(edge)) = edge.map(|t| plan.bucket(t)) else {
+            continue;
+        };
+        let complete = |bucket: i64| {
+            if limit.newest_first {
+                bucket > edge
+            } else {
+                bucket < edge
+            }
+        };
+        if merger.keys.iter().filter(|k| complete(k.0)).count() >= limit.groups {
+            merger.retain(complete);
+            break;
+        }
+    }
+    Ok(())
 }
 
 type GroupKey = (i64, Vec<Option<String>>);
@@ -860,6 +1091,24 @@ impl Merger {
             }
         }
         Ok(())
+    }
+
+    /// Drops the groups whose bucket `keep` refuses.
+    fn retain(&mut self, keep: impl Fn(i64) -> bool) {
+        let ncalls = self.agg.calls.len();
+        let keys = std::mem::take(&mut self.keys);
+        let mut states = std::mem::take(&mut self.states).into_iter();
+        self.index.clear();
+        for key in keys {
+            let group = states.by_ref().take(ncalls);
+            if keep(key.0) {
+                self.index.insert(key.clone(), self.keys.len());
+                self.keys.push(key);
+                self.states.extend(group);
+            } else {
+                group.for_each(drop);
+            }
+        }
     }
 
     /// The finalized groups in the aggregate's schema.

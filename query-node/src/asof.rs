@@ -498,6 +498,7 @@ impl ExecutionPlan for AsofExec {
                 aggregate: None,
                 order: ScanOrder::OrderSeries,
                 last_per_series: false,
+                steps: None,
             })?;
             let scan: Arc<dyn ExecutionPlan> = Arc::new(scan);
             let mut parts = Vec::new();

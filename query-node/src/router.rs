@@ -18,6 +18,7 @@ use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use sealion_common::catalog::time_column;
+use sealion_common::local::LocalStorage;
 use sealion_common::meta_client::MetaClient;
 use sealion_common::proto::meta_command::Cmd;
 use sealion_common::proto::storage_client::StorageClient;
@@ -35,13 +36,29 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Rounds of routing a write again after a node said it is not the primary.
 const WRITE_ROUTE_ATTEMPTS: u32 = 4;
 
-/// gRPC clients of storage nodes, over one channel per address.
+/// gRPC clients of storage nodes, over one channel per address; and the
+/// storage node in this process, if any, whose scans are called directly.
 #[derive(Default)]
 pub struct StorageClients {
     channels: sealion_common::channels::Channels,
+    local: Option<LocalStorage>,
 }
 
 impl StorageClients {
+    /// Clients that reach the storage node advertised as `local.addr`
+    /// by a call for scans.
+    pub fn with_local(local: Option<LocalStorage>) -> Self {
+        StorageClients {
+            channels: Default::default(),
+            local,
+        }
+    }
+
+    /// The storage node in this process, when it is the one at `addr`.
+    pub fn local(&self, addr: &str) -> Option<&LocalStorage> {
+        self.local.as_ref().filter(|l| l.addr == addr)
+    }
+
     fn channel(&self, addr: &str) -> Result<Channel> {
         self.channels
             .channel(addr)

@@ -29,6 +29,7 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
+use sealion_common::local::{LocalStorage, ScanItem};
 use sealion_common::proto::{ScanMetrics, ScanRequest};
 
 use crate::router::StorageClients;
@@ -65,12 +66,21 @@ pub struct ScanPlan {
     pub pushed: Vec<String>,
 }
 
+/// How a scan's requests group into steps of one time range each.
+#[derive(Debug, Clone, Default)]
+pub struct Steps {
+    /// The step of each node request (ascending; all 0 for a scan that is
+    /// not stepped).
+    pub of_nodes: Vec<usize>,
+    /// The time range `[start, end)` of each step's partitions, in step
+    /// order (empty for a scan that is not stepped).
+    pub ranges: Vec<(i64, i64)>,
+}
+
 pub struct SealionScanExec {
     schema: SchemaRef,
     nodes: Vec<NodeScan>,
-    /// For `Schedule::Ordered`: the step of each entry of `nodes`
-    /// (ascending, contiguous).
-    steps: Vec<usize>,
+    steps: Steps,
     schedule: Schedule,
     plan: ScanPlan,
     storage: Arc<StorageClients>,
@@ -96,14 +106,17 @@ impl SealionScanExec {
         plan: ScanPlan,
         storage: Arc<StorageClients>,
     ) -> Self {
-        let steps = vec![0; nodes.len()];
+        let steps = Steps {
+            of_nodes: vec![0; nodes.len()],
+            ranges: Vec::new(),
+        };
         Self::with_schedule(schema, nodes, steps, Schedule::Parallel, plan, storage)
     }
 
     pub fn with_schedule(
         schema: SchemaRef,
         nodes: Vec<NodeScan>,
-        steps: Vec<usize>,
+        steps: Steps,
         schedule: Schedule,
         plan: ScanPlan,
         storage: Arc<StorageClients>,
@@ -128,6 +141,30 @@ impl SealionScanExec {
             metrics: ExecutionPlanMetricsSet::new(),
             properties: Arc::new(properties),
         }
+    }
+
+    /// The time range `[start, end)` of each step's partitions, in the
+    /// order the steps are meant to run; empty unless the scan was planned
+    /// in steps.
+    pub fn step_ranges(&self) -> &[(i64, i64)] {
+        &self.steps.ranges
+    }
+
+    /// The answers to step `step`'s requests (all of them at once),
+    /// counted in this scan's metrics as output partition 0.
+    pub fn execute_step(&self, step: usize) -> SendableRecordBatchStream {
+        let counters = Arc::new(NodeCounters::new(&self.metrics, 0));
+        let streams: Vec<_> = self
+            .nodes
+            .iter()
+            .zip(&self.steps.of_nodes)
+            .filter(|&(_, &s)| s == step)
+            .map(|(node, _)| node_stream(&self.storage, node.clone(), counters.clone()))
+            .collect();
+        Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            futures::stream::select_all(streams),
+        ))
     }
 }
 
@@ -156,7 +193,7 @@ impl DisplayAs for SealionScanExec {
             write!(
                 f,
                 " schedule=ordered steps={} stop_after_rows={limit}",
-                self.steps.last().map_or(0, |s| s + 1)
+                self.steps.of_nodes.last().map_or(0, |s| s + 1)
             )?;
         }
         Ok(())
@@ -237,12 +274,12 @@ impl ExecutionPlan for SealionScanExec {
         let counters = Arc::new(NodeCounters::new(&self.metrics, partition));
         let stream = match self.schedule {
             Schedule::Parallel => match self.nodes.get(partition).cloned() {
-                Some(node) => node_stream(&self.storage, node, counters).boxed(),
+                Some(node) => node_stream(&self.storage, node, counters),
                 None => futures::stream::empty().boxed(),
             },
             Schedule::Ordered { limit } => {
                 let mut steps: Vec<Vec<NodeScan>> = Vec::new();
-                for (node, &step) in self.nodes.iter().zip(&self.steps) {
+                for (node, &step) in self.nodes.iter().zip(&self.steps.of_nodes) {
                     if steps.len() <= step {
                         steps.resize_with(step + 1, Vec::new);
                     }
@@ -263,12 +300,16 @@ impl ExecutionPlan for SealionScanExec {
 }
 
 /// One node's answer: its batches, with its counters taken from the
-/// data-less last message.
+/// data-less last message (or, from a node in this process, the last
+/// item).
 fn node_stream(
     storage: &StorageClients,
     node: NodeScan,
     counters: Arc<NodeCounters>,
-) -> impl futures::Stream<Item = DfResult<RecordBatch>> + Send + 'static {
+) -> futures::stream::BoxStream<'static, DfResult<RecordBatch>> {
+    if let Some(local) = storage.local(&node.addr) {
+        return local_stream(local, node, counters);
+    }
     let client = storage.flight(&node.addr);
     let ticket = Ticket {
         ticket: node.ticket.encode_to_vec().into(),
@@ -304,6 +345,41 @@ fn node_stream(
         Ok::<_, DataFusionError>(batches)
     })
     .try_flatten()
+    .boxed()
+}
+
+/// The answer of the storage node in this process: the same scan, its
+/// batches as they are.
+fn local_stream(
+    local: &LocalStorage,
+    node: NodeScan,
+    counters: Arc<NodeCounters>,
+) -> futures::stream::BoxStream<'static, DfResult<RecordBatch>> {
+    match local.scans.scan(node.ticket) {
+        Err(status) => futures::stream::once(futures::future::ready(Err(
+            DataFusionError::External(Box::new(crate::Error::Unavailable(format!(
+                "storage node {} at {}: {}",
+                node.node_id,
+                node.addr,
+                status.message()
+            )))),
+        )))
+        .boxed(),
+        Ok(items) => items
+            .filter_map(move |item| {
+                futures::future::ready(match item {
+                    Err(s) => Some(Err(DataFusionError::External(Box::new(
+                        FlightError::Tonic(Box::new(s)),
+                    )))),
+                    Ok(ScanItem::Batch(b)) => Some(Ok(b)),
+                    Ok(ScanItem::Metrics(m)) => {
+                        counters.add(&m);
+                        None
+                    }
+                })
+            })
+            .boxed(),
+    }
 }
 
 /// Steps run one after another (the requests within a step at once) until
@@ -325,7 +401,7 @@ fn ordered_stream(
             let step = steps.next()?;
             let streams: Vec<_> = step
                 .into_iter()
-                .map(|n| node_stream(&storage, n, counters.clone()).boxed())
+                .map(|n| node_stream(&storage, n, counters.clone()))
                 .collect();
             let batches: DfResult<Vec<RecordBatch>> =
                 futures::stream::select_all(streams).try_collect().await;

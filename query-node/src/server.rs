@@ -14,6 +14,7 @@ use crate::pg::PgHandlers;
 use crate::router::{StorageClients, WriteRouter};
 use crate::sql::SqlEngine;
 use crate::{Error, QueryContext, Result};
+use sealion_common::local::LocalStorage;
 
 #[derive(Debug, Clone)]
 pub struct QueryConfig {
@@ -24,6 +25,9 @@ pub struct QueryConfig {
     pub pg_max_connections: usize,
     /// Most bytes one query's operators may reserve (0: no limit).
     pub query_memory_limit_bytes: u64,
+    /// A storage node in this process (standalone): its scans are called,
+    /// not streamed over loopback.
+    pub local_storage: Option<LocalStorage>,
 }
 
 pub struct QueryServer {
@@ -36,7 +40,7 @@ pub struct QueryServer {
 impl QueryServer {
     pub async fn start(cfg: QueryConfig) -> Result<QueryServer> {
         let meta = MetaClient::connect(&cfg.meta_addrs, Duration::from_secs(60)).await?;
-        let storage = Arc::new(StorageClients::default());
+        let storage = Arc::new(StorageClients::with_local(cfg.local_storage));
         let router = Arc::new(WriteRouter {
             meta: meta.clone(),
             storage: storage.clone(),

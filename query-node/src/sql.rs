@@ -324,7 +324,7 @@ pub fn table_from_create(stmt: &Statement, default_db: &str) -> Result<(Table, b
 /// DataFusion's rules with Sealion's gap filling and aggregate pushdown
 /// placed after filters are pushed down and before `count(DISTINCT)` is
 /// rewritten into two aggregations (which the nodes would no longer recognize), and the
-/// time-order pushdown last, once limits sit on their sorts.
+/// time-order and bucket-limit pushdowns last, once limits sit on their sorts.
 fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     let mut rules = Optimizer::new().rules;
     let at = rules
@@ -334,6 +334,7 @@ fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     rules.insert(at, Arc::new(crate::aggregate::AggregatePushdown));
     rules.insert(at, Arc::new(crate::gapfill::GapFillRule));
     rules.push(Arc::new(crate::topn::TimeOrderPushdown));
+    rules.push(Arc::new(crate::aggregate::BucketLimitPushdown));
     rules.push(Arc::new(crate::topn::LastPointPushdown));
     rules
 }

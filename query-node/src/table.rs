@@ -30,7 +30,7 @@ use sealion_common::proto::{
 };
 
 use crate::router::{StorageClients, WriteRouter};
-use crate::scan_exec::{NodeScan, ScanPlan, Schedule, SealionScanExec};
+use crate::scan_exec::{NodeScan, ScanPlan, Schedule, SealionScanExec, Steps};
 
 /// A table's time range of interest, `[start_ns, end_ns)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -322,12 +322,17 @@ impl SealionTable {
         // A parallel scan asks every node once, for all of its partitions.
         // An ordered one asks step by step, a step being the partitions of
         // one time range, newest (or oldest) first, one request per node.
-        let ordered = shape.order != ScanOrder::OrderSeries;
+        let newest_first = match shape.order {
+            ScanOrder::OrderTimeDesc => Some(true),
+            ScanOrder::OrderTimeAsc => Some(false),
+            ScanOrder::OrderSeries => shape.steps,
+        };
+        let ordered = newest_first.is_some();
         let mut requests: std::collections::BTreeMap<(usize, u64), Vec<u64>> = Default::default();
         let mut ranges: Vec<(i64, i64)> = parts.iter().map(|p| (p.start_ns, p.end_ns)).collect();
         ranges.sort_unstable();
         ranges.dedup();
-        if shape.order == ScanOrder::OrderTimeDesc {
+        if newest_first == Some(true) {
             ranges.reverse();
         }
         for p in parts {
@@ -417,10 +422,16 @@ impl SealionTable {
             },
             _ => Schedule::Parallel,
         };
+        if !ordered {
+            ranges.clear();
+        }
         Ok(SealionScanExec::with_schedule(
             shape.schema,
             nodes,
-            steps,
+            Steps {
+                of_nodes: steps,
+                ranges,
+            },
             schedule,
             plan,
             self.storage.clone(),
@@ -447,6 +458,11 @@ pub struct ScanShape<'a> {
     /// Only the newest row of each series (from sealed directories where
     /// the node can).
     pub last_per_series: bool,
+    /// With `order` `OrderSeries`: group the requests into steps by time
+    /// range all the same, newest first when `Some(true)` and oldest first
+    /// when `Some(false)`, for a consumer that runs the steps one at a time
+    /// ([`SealionScanExec::execute_step`]).
+    pub steps: Option<bool>,
 }
 
 #[async_trait]
@@ -495,6 +511,7 @@ impl TableProvider for SealionTable {
             aggregate: None,
             order: ScanOrder::OrderSeries,
             last_per_series: false,
+            steps: None,
         })?;
         Ok(Arc::new(scan))
     }

@@ -315,6 +315,7 @@ impl ExtensionPlanner for RowsPlanner {
             aggregate: None,
             order,
             last_per_series,
+            steps: None,
         })?;
         Ok(Some(Arc::new(scan)))
     }

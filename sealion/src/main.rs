@@ -256,6 +256,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 meta_addrs: a.meta,
                 pg_max_connections: a.front.pg_max_connections,
                 query_memory_limit_bytes: a.front.query_memory_limit_mb.saturating_mul(1 << 20),
+                local_storage: None,
             })
             .await
             .context("starting query node")?;
@@ -309,6 +310,8 @@ async fn standalone(a: StandaloneArgs) -> anyhow::Result<()> {
         meta_addrs: vec![meta_addr],
         pg_max_connections: a.front.pg_max_connections,
         query_memory_limit_bytes: a.front.query_memory_limit_mb.saturating_mul(1 << 20),
+        // One process: scans call the storage node instead of dialing it.
+        local_storage: Some(storage.local_storage()),
     })
     .await
     .context("starting query node")?;

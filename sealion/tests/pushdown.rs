@@ -411,6 +411,75 @@ const TIME_ORDERED: &[(&str, bool)] = &[
     ),
 ];
 
+/// `ORDER BY <bucket> LIMIT n` over an aggregate: (SQL, limit pushed to
+/// the aggregate). Every query's sort keys order its rows completely.
+const BUCKET_LIMITED: &[(&str, bool)] = &[
+    (
+        "SELECT date_bin(INTERVAL '1 hour', time) AS h, max(usage), count(*) FROM cpu GROUP BY h ORDER BY h DESC LIMIT 5",
+        true,
+    ),
+    // Buckets that straddle the daily partitions.
+    (
+        "SELECT time_bucket(INTERVAL '7 hours', time, '2024-01-01T03:00:00Z') AS b, host, avg(usage) FROM cpu WHERE time < '2024-01-03T06:00:00Z' GROUP BY b, host ORDER BY b DESC, host LIMIT 9",
+        true,
+    ),
+    (
+        "SELECT date_bin(INTERVAL '1 day', time) AS d, host, sum(n) FROM cpu WHERE host IN ('h1', 'h2') GROUP BY d, host ORDER BY d, host LIMIT 3",
+        true,
+    ),
+    (
+        "SELECT date_trunc('minute', time) AS m, min(n) FROM cpu WHERE usage > 50 GROUP BY m ORDER BY m DESC LIMIT 4 OFFSET 2",
+        true,
+    ),
+    (
+        "SELECT date_bin(INTERVAL '1 hour', time) AS h FROM cpu WHERE host = 'h3' GROUP BY h ORDER BY h LIMIT 2",
+        true,
+    ),
+    // More groups than the table has: every partition is read.
+    (
+        "SELECT date_bin(INTERVAL '1 day', time) AS d, count(*) FROM cpu GROUP BY d ORDER BY d DESC LIMIT 50",
+        true,
+    ),
+    // HAVING drops groups after they are complete: not pushed.
+    (
+        "SELECT date_bin(INTERVAL '1 hour', time) AS h, count(*) FROM cpu GROUP BY h HAVING count(*) > 30 ORDER BY h DESC LIMIT 3",
+        false,
+    ),
+    // Ordered by an aggregate, not the bucket: not pushed.
+    (
+        "SELECT date_bin(INTERVAL '1 hour', time) AS h, max(usage) AS top FROM cpu GROUP BY h ORDER BY top DESC, h LIMIT 3",
+        false,
+    ),
+];
+
+async fn check_bucket_limited(http: &Http, ctx: &SessionContext, stage: &str) {
+    for (q, pushed) in BUCKET_LIMITED {
+        let got = http.rows("public", q).await;
+        let want = model_rows(ctx, q).await;
+        assert_eq!(
+            got.len(),
+            want.len(),
+            "{stage}: {q}
+ got {got:?}
+want {want:?}"
+        );
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                g.len() == w.len() && g.iter().zip(w).all(|(a, b)| agree(a, b, Tol::Exact)),
+                "{stage}: {q}
+ got {got:?}
+want {want:?}"
+            );
+        }
+        let plan = explain(http, q).await;
+        assert_eq!(
+            plan.contains("complete groups"),
+            *pushed,
+            "{stage}: {q} limit pushed should be {pushed}; plan:\n{plan}"
+        );
+    }
+}
+
 /// Last-point queries: (SQL, pushed down).
 const LAST_POINT: &[(&str, bool)] = &[
     (
@@ -506,6 +575,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     let ctx = model(&rows).await;
     check_all(&s.http, &ctx, "open").await;
     check_time_ordered(&s.http, &ctx, "open").await;
+    check_bucket_limited(&s.http, &ctx, "open").await;
     check_last_point(&s.http, &ctx, "open").await;
 
     // Seal all three days; then late rows for one host and a DELETE for
@@ -544,6 +614,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     let ctx = model(&rows).await;
     check_all(&s.http, &ctx, "sealed with late rows and a delete").await;
     check_time_ordered(&s.http, &ctx, "sealed with late rows and a delete").await;
+    check_bucket_limited(&s.http, &ctx, "sealed with late rows and a delete").await;
     check_last_point(&s.http, &ctx, "sealed with late rows and a delete").await;
     // With no time range, the newest rows are found in the newest
     // partition that holds rows: older ones are never read. (Meta creates
@@ -572,11 +643,21 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     let q = "SELECT time, host FROM cpu WHERE host = 'h0' ORDER BY time LIMIT 5";
     let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;
     assert_eq!(metric(&plan, "partitions_read"), 1, "{plan}");
+    // The newest hours of the sealed days are all in the last day's
+    // partition: the aggregate reads it alone. Oldest first, the first.
+    let q = "SELECT date_bin(INTERVAL '1 hour', time) AS h, max(usage) FROM cpu WHERE time < '2024-01-04T00:00:00Z' GROUP BY h ORDER BY h DESC LIMIT 5";
+    let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;
+    assert_eq!(metric(&plan, "partitions_read"), 1, "{plan}");
+    assert_eq!(metric(&plan, "partitions_scanned"), 3, "{plan}");
+    let q = "SELECT date_bin(INTERVAL '1 hour', time) AS h, host, count(*) FROM cpu GROUP BY h, host ORDER BY h, host LIMIT 20";
+    let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;
+    assert_eq!(metric(&plan, "partitions_read"), 1, "{plan}");
 
     // A reseal folds both in.
     admin_seal(&s.http, "cpu").await;
     check_all(&s.http, &ctx, "resealed").await;
     check_time_ordered(&s.http, &ctx, "resealed").await;
+    check_bucket_limited(&s.http, &ctx, "resealed").await;
     check_last_point(&s.http, &ctx, "resealed").await;
     // Sealed and clean: the last points come from the directories, no page
     // decoded, one row per series shipped.

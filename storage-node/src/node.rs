@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
+use sealion_common::local::LocalStorage;
 use sealion_common::meta_client::MetaClient;
 use sealion_common::proto::RegisterNode;
 use sealion_common::proto::meta_command::Cmd;
@@ -46,6 +47,9 @@ pub struct StorageConfig {
 
 pub struct StorageServer {
     local_addr: SocketAddr,
+    /// What a query node in this process calls instead of dialing
+    /// `advertise`.
+    local_scans: LocalStorage,
     node_id: u64,
     shutdown_tx: Option<oneshot::Sender<()>>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
@@ -108,6 +112,10 @@ impl StorageServer {
         let storage = GrpcStorageServer::new(StorageService { ctx: ctx.clone() })
             .max_decoding_message_size(MAX_WRITE_BYTES + (1 << 20));
         let flight = FlightServiceServer::new(FlightScanService { ctx: ctx.clone() });
+        let local_scans = LocalStorage {
+            addr: advertise.clone(),
+            scans: Arc::new(FlightScanService { ctx: ctx.clone() }),
+        };
         // Small answers (a partial state, a last point) must not wait for
         // Nagle's algorithm: a custom incoming stream gets no TCP_NODELAY
         // from the server builder.
@@ -139,6 +147,7 @@ impl StorageServer {
         tracing::info!(node_id, addr = %advertise, "storage node serving");
         Ok(StorageServer {
             local_addr,
+            local_scans,
             node_id,
             shutdown_tx: Some(shutdown_tx),
             server,
@@ -155,6 +164,11 @@ impl StorageServer {
 
     pub fn node_id(&self) -> u64 {
         self.node_id
+    }
+
+    /// This node's scans, for a query node in the same process.
+    pub fn local_storage(&self) -> LocalStorage {
+        self.local_scans.clone()
     }
 
     /// Stops serving (in-flight calls finish), then stops heartbeats.

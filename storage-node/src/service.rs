@@ -17,6 +17,7 @@ use arrow_flight::{
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use sealion_common::catalog::arrow_schema;
+use sealion_common::local::{LocalScans, ScanItem, ScanItems};
 use sealion_common::meta_client::MetaClient;
 use sealion_common::proto::storage_server::Storage;
 use sealion_common::proto::{
@@ -508,6 +509,78 @@ pub struct FlightScanService {
     pub ctx: Arc<NodeContext>,
 }
 
+/// A scan under way on a blocking thread.
+struct StartedScan {
+    schema: arrow::datatypes::SchemaRef,
+    /// Its batches, with backpressure; an error ends them.
+    batches: tokio_stream::wrappers::ReceiverStream<Result<RecordBatch, Status>>,
+    /// Its counters, sent once the last batch is; never sent when the scan
+    /// failed.
+    metrics: tokio::sync::oneshot::Receiver<ScanMetrics>,
+}
+
+/// Checks and compiles `scan` and starts it on a blocking thread: what a
+/// `DoGet` and a scan from a query node in this process share.
+fn start_scan(ctx: &NodeContext, scan: ScanRequest) -> Result<StartedScan, Status> {
+    if scan.table_columns.is_empty() {
+        return Err(Status::invalid_argument(
+            "scan ticket names no table columns",
+        ));
+    }
+    let query = Query::compile(&scan).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let schema = match &query.mode {
+        Mode::Aggregate(plan) => aggregate_schema(plan),
+        _ => arrow_schema(&scan.projection),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, Status>>(SCAN_CHANNEL_BATCHES);
+    let (metrics_tx, metrics_rx) = tokio::sync::oneshot::channel::<ScanMetrics>();
+    let engine = ctx.engine.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut bytes = 0u64;
+        let handle = tokio::runtime::Handle::current();
+        let result = engine.scan_until(&scan, &|| tx.is_closed(), |batch| {
+            bytes += sealion_format::batch_bytes(&batch);
+            // A reader that stops reading for this long loses its scan
+            // (and this thread and the snapshot it holds are freed).
+            handle
+                .block_on(tx.send_timeout(Ok(batch), SCAN_SEND_TIMEOUT))
+                .is_ok()
+        });
+        match result {
+            Ok(mut m) => {
+                m.bytes_returned = bytes;
+                metrics::counter!("sealion_storage_rows_scanned_total").increment(m.rows_scanned);
+                metrics::counter!("sealion_storage_rows_returned_total").increment(m.rows_returned);
+                metrics::counter!("sealion_storage_pages_decoded_total").increment(m.pages_decoded);
+                let _ = metrics_tx.send(m);
+            }
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e.into()));
+            }
+        }
+    });
+    Ok(StartedScan {
+        schema,
+        batches: tokio_stream::wrappers::ReceiverStream::new(rx),
+        metrics: metrics_rx,
+    })
+}
+
+/// Scans for a query node in this process: the same scan as `DoGet`, its
+/// batches handed over as they are.
+impl LocalScans for FlightScanService {
+    fn scan(&self, request: ScanRequest) -> Result<ScanItems, Status> {
+        let started = start_scan(&self.ctx, request)?;
+        let trailer = futures::stream::once(started.metrics)
+            .filter_map(|m| async move { m.ok().map(|m| Ok(ScanItem::Metrics(m))) });
+        Ok(started
+            .batches
+            .map_ok(ScanItem::Batch)
+            .chain(trailer)
+            .boxed())
+    }
+}
+
 type BoxedStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 fn unimplemented<T>(what: &str) -> Result<T, Status> {
@@ -568,54 +641,14 @@ impl FlightService for FlightScanService {
         let ticket = request.into_inner();
         let scan = ScanRequest::decode(ticket.ticket.as_ref())
             .map_err(|e| Status::invalid_argument(format!("bad scan ticket: {e}")))?;
-        if scan.table_columns.is_empty() {
-            return Err(Status::invalid_argument(
-                "scan ticket names no table columns",
-            ));
-        }
-        let query = Query::compile(&scan).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let schema = match &query.mode {
-            Mode::Aggregate(plan) => aggregate_schema(plan),
-            _ => arrow_schema(&scan.projection),
-        };
-        let (tx, rx) =
-            tokio::sync::mpsc::channel::<Result<RecordBatch, FlightError>>(SCAN_CHANNEL_BATCHES);
-        let (metrics_tx, metrics_rx) = tokio::sync::oneshot::channel::<ScanMetrics>();
-        let engine = self.ctx.engine.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut bytes = 0u64;
-            let handle = tokio::runtime::Handle::current();
-            let result = engine.scan_until(&scan, &|| tx.is_closed(), |batch| {
-                bytes += sealion_format::batch_bytes(&batch);
-                // A reader that stops reading for this long loses its scan
-                // (and this thread and the snapshot it holds are freed).
-                handle
-                    .block_on(tx.send_timeout(Ok(batch), SCAN_SEND_TIMEOUT))
-                    .is_ok()
-            });
-            match result {
-                Ok(mut m) => {
-                    m.bytes_returned = bytes;
-                    metrics::counter!("sealion_storage_rows_scanned_total")
-                        .increment(m.rows_scanned);
-                    metrics::counter!("sealion_storage_rows_returned_total")
-                        .increment(m.rows_returned);
-                    metrics::counter!("sealion_storage_pages_decoded_total")
-                        .increment(m.pages_decoded);
-                    let _ = metrics_tx.send(m);
-                }
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(FlightError::Tonic(Box::new(e.into()))));
-                }
-            }
-        });
-        let batches = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let started = start_scan(&self.ctx, scan)?;
+        let batches = started.batches.map_err(|s| FlightError::Tonic(Box::new(s)));
         // After the last batch, one message with no data whose app_metadata
         // is the scan's ScanMetrics (absent when the scan failed).
-        let trailer = futures::stream::once(metrics_rx)
+        let trailer = futures::stream::once(started.metrics)
             .filter_map(|m| async move { m.ok().map(|m| Ok(metrics_message(&m))) });
         let stream = FlightDataEncoderBuilder::new()
-            .with_schema(schema)
+            .with_schema(started.schema)
             .build(batches)
             .map_err(Status::from)
             .chain(trailer)
