@@ -749,7 +749,7 @@ impl ExtensionPlanner for AggregatePlanner {
             limit: None,
             aggregate: Some(spec),
             order: sealion_common::proto::ScanOrder::OrderSeries,
-            last_per_series: false,
+            newest_per_series: 0,
             steps: node.bucket_limit.map(|l| l.newest_first),
         })?;
         let schema = Arc::new(node.schema.as_arrow().clone());

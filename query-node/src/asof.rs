@@ -497,7 +497,7 @@ impl ExecutionPlan for AsofExec {
                 limit: None,
                 aggregate: None,
                 order: ScanOrder::OrderSeries,
-                last_per_series: false,
+                newest_per_series: 0,
                 steps: None,
             })?;
             let scan: Arc<dyn ExecutionPlan> = Arc::new(scan);

@@ -29,7 +29,7 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
-use sealion_common::local::{LocalStorage, ScanItem};
+use sealion_common::local::ScanItem;
 use sealion_common::proto::{ScanMetrics, ScanRequest};
 
 use crate::router::StorageClients;
@@ -301,85 +301,98 @@ impl ExecutionPlan for SealionScanExec {
 
 /// One node's answer: its batches, with its counters taken from the
 /// data-less last message (or, from a node in this process, the last
-/// item).
+/// item). Either way the scan starts when the stream is first polled.
 fn node_stream(
     storage: &StorageClients,
     node: NodeScan,
     counters: Arc<NodeCounters>,
 ) -> futures::stream::BoxStream<'static, DfResult<RecordBatch>> {
-    if let Some(local) = storage.local(&node.addr) {
-        return local_stream(local, node, counters);
-    }
-    let client = storage.flight(&node.addr);
-    let ticket = Ticket {
-        ticket: node.ticket.encode_to_vec().into(),
-    };
     let (node_id, addr) = (node.node_id, node.addr.clone());
-    futures::stream::once(async move {
-        let mut client = client.map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let response = client.do_get(ticket).await.map_err(|status| {
-            DataFusionError::External(Box::new(crate::Error::Unavailable(format!(
-                "storage node {node_id} at {addr}: {}",
-                status.message()
-            ))))
-        })?;
-        let flight = response
-            .into_inner()
-            .map_err(|s| FlightError::Tonic(Box::new(s)));
-        let batches = FlightDataDecoder::new(flight).filter_map(move |item| {
-            let out = match item {
-                Err(e) => Some(Err(DataFusionError::External(Box::new(e)))),
-                Ok(d) => match d.payload {
-                    DecodedPayload::RecordBatch(b) => Some(Ok(b)),
-                    DecodedPayload::None => {
-                        if let Ok(m) = ScanMetrics::decode(d.inner.app_metadata.as_ref()) {
-                            counters.add(&m);
-                        }
-                        None
-                    }
-                    DecodedPayload::Schema(_) => None,
-                },
-            };
-            futures::future::ready(out)
-        });
-        Ok::<_, DataFusionError>(batches)
-    })
-    .try_flatten()
-    .boxed()
+    let unavailable = move |status: tonic::Status| {
+        DataFusionError::External(Box::new(crate::Error::Unavailable(format!(
+            "storage node {node_id} at {addr}: {}",
+            status.message()
+        ))))
+    };
+    let items = if let Some(local) = storage.local(&node.addr) {
+        let scans = local.scans.clone();
+        futures::stream::once(async move {
+            let items = scans.scan(node.ticket).map_err(unavailable)?;
+            Ok::<_, DataFusionError>(
+                items.map_err(|s| {
+                    DataFusionError::External(Box::new(FlightError::Tonic(Box::new(s))))
+                }),
+            )
+        })
+        .try_flatten()
+        .boxed()
+    } else {
+        let client = storage.flight(&node.addr);
+        let ticket = Ticket {
+            ticket: node.ticket.encode_to_vec().into(),
+        };
+        futures::stream::once(async move {
+            let mut client = client.map_err(|e| DataFusionError::External(Box::new(e)))?;
+            let response = client.do_get(ticket).await.map_err(unavailable)?;
+            let flight = response
+                .into_inner()
+                .map_err(|s| FlightError::Tonic(Box::new(s)));
+            let items = FlightDataDecoder::new(flight).filter_map(|item| {
+                futures::future::ready(match item {
+                    Err(e) => Some(Err(DataFusionError::External(Box::new(e)))),
+                    Ok(d) => match d.payload {
+                        DecodedPayload::RecordBatch(b) => Some(Ok(ScanItem::Batch(b))),
+                        DecodedPayload::None => ScanMetrics::decode(d.inner.app_metadata.as_ref())
+                            .ok()
+                            .map(|m| Ok(ScanItem::Metrics(m))),
+                        DecodedPayload::Schema(_) => None,
+                    },
+                })
+            });
+            Ok::<_, DataFusionError>(items)
+        })
+        .try_flatten()
+        .boxed()
+    };
+    batches_of(items, counters, node.node_id, node.addr)
 }
 
-/// The answer of the storage node in this process: the same scan, its
-/// batches as they are.
-fn local_stream(
-    local: &LocalStorage,
-    node: NodeScan,
+/// A node's answer as batches, its counters added to `counters`. A node
+/// sends its counters only after its last batch of a scan that ran to the
+/// end, so an answer that ends without them was cut short (the node's scan
+/// failed or gave up on a reader too slow) and ends in an error here,
+/// never as a shorter answer.
+fn batches_of(
+    items: futures::stream::BoxStream<'static, DfResult<ScanItem>>,
     counters: Arc<NodeCounters>,
+    node_id: u64,
+    addr: String,
 ) -> futures::stream::BoxStream<'static, DfResult<RecordBatch>> {
-    match local.scans.scan(node.ticket) {
-        Err(status) => futures::stream::once(futures::future::ready(Err(
-            DataFusionError::External(Box::new(crate::Error::Unavailable(format!(
-                "storage node {} at {}: {}",
-                node.node_id,
-                node.addr,
-                status.message()
-            )))),
-        )))
-        .boxed(),
-        Ok(items) => items
-            .filter_map(move |item| {
-                futures::future::ready(match item {
-                    Err(s) => Some(Err(DataFusionError::External(Box::new(
-                        FlightError::Tonic(Box::new(s)),
-                    )))),
-                    Ok(ScanItem::Batch(b)) => Some(Ok(b)),
-                    Ok(ScanItem::Metrics(m)) => {
+    futures::stream::unfold(Some((items, false)), move |state| {
+        let counters = counters.clone();
+        let addr = addr.clone();
+        async move {
+            let (mut items, mut counted) = state?;
+            loop {
+                match items.next().await {
+                    Some(Ok(ScanItem::Batch(b))) => return Some((Ok(b), Some((items, counted)))),
+                    Some(Ok(ScanItem::Metrics(m))) => {
                         counters.add(&m);
-                        None
+                        counted = true;
                     }
-                })
-            })
-            .boxed(),
-    }
+                    Some(Err(e)) => return Some((Err(e), None)),
+                    None if counted => return None,
+                    None => {
+                        let e = crate::Error::Unavailable(format!(
+                            "storage node {node_id} at {addr}: the scan ended before its last batch"
+                        ));
+                        return Some((Err(DataFusionError::External(Box::new(e))), None));
+                    }
+                }
+            }
+        }
+    })
+    .boxed()
 }
 
 /// Steps run one after another (the requests within a step at once) until

@@ -336,6 +336,7 @@ fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     rules.push(Arc::new(crate::topn::TimeOrderPushdown));
     rules.push(Arc::new(crate::aggregate::BucketLimitPushdown));
     rules.push(Arc::new(crate::topn::LastPointPushdown));
+    rules.push(Arc::new(crate::topn::SeriesLimitPushdown));
     rules
 }
 

@@ -375,7 +375,8 @@ impl SealionTable {
                 field_predicate: field_predicate.clone(),
                 aggregate: shape.aggregate.clone(),
                 order: shape.order as i32,
-                last_per_series: shape.last_per_series,
+                last_per_series: shape.newest_per_series > 0,
+                rows_per_series: shape.newest_per_series,
                 ..Default::default()
             };
             nodes.push(NodeScan {
@@ -403,8 +404,10 @@ impl SealionTable {
         if let Some(l) = shape.limit {
             described.push(format!("limit {l}"));
         }
-        if shape.last_per_series {
-            described.push("last row of each series".into());
+        match shape.newest_per_series {
+            0 => {}
+            1 => described.push("last row of each series".into()),
+            n => described.push(format!("newest {n} rows of each series")),
         }
         if let Some(a) = &shape.aggregate {
             described.push(crate::aggregate::describe_spec(a));
@@ -455,9 +458,9 @@ pub struct ScanShape<'a> {
     /// `limit` rows in that order, and partitions are read in that order
     /// until `limit` rows are in.
     pub order: ScanOrder,
-    /// Only the newest row of each series (from sealed directories where
-    /// the node can).
-    pub last_per_series: bool,
+    /// Only the newest this many rows of each series (0: every row; one
+    /// comes from sealed directories where the node can).
+    pub newest_per_series: u64,
     /// With `order` `OrderSeries`: group the requests into steps by time
     /// range all the same, newest first when `Some(true)` and oldest first
     /// when `Some(false)`, for a consumer that runs the steps one at a time
@@ -510,7 +513,7 @@ impl TableProvider for SealionTable {
             limit,
             aggregate: None,
             order: ScanOrder::OrderSeries,
-            last_per_series: false,
+            newest_per_series: 0,
             steps: None,
         })?;
         Ok(Arc::new(scan))

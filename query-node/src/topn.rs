@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::Session;
-use datafusion::common::DFSchemaRef;
 use datafusion::common::tree_node::Transformed;
+use datafusion::common::{DFSchemaRef, ScalarValue};
 use datafusion::datasource::{TableProvider, source_as_provider};
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
@@ -37,8 +37,8 @@ use crate::table::{ScanShape, SealionTable, is_time_column};
 pub enum RowsMode {
     /// The first `limit` rows in time order.
     TimeOrder { desc: bool, limit: usize },
-    /// The newest row of each series.
-    LastPerSeries,
+    /// The newest `rows` rows of each series.
+    NewestPerSeries { rows: usize },
 }
 
 /// A table's rows as the nodes answer them in one of [`RowsMode`]'s
@@ -148,7 +148,12 @@ fn replace_scan(
             t.name,
             if desc { "DESC" } else { "ASC" }
         ),
-        RowsMode::LastPerSeries => format!("table={} last row of each series", t.name),
+        RowsMode::NewestPerSeries { rows: 1 } => {
+            format!("table={} last row of each series", t.name)
+        }
+        RowsMode::NewestPerSeries { rows } => {
+            format!("table={} newest {rows} rows of each series", t.name)
+        }
     };
     if !filters.is_empty() {
         let f: Vec<String> = filters.iter().map(|f| f.to_string()).collect();
@@ -196,7 +201,11 @@ impl OptimizerRule for LastPointPushdown {
         if !newest_row_aggregate(agg) {
             return Ok(Transformed::no(plan));
         }
-        match replace_scan(agg.input.as_ref(), None, RowsMode::LastPerSeries)? {
+        match replace_scan(
+            agg.input.as_ref(),
+            None,
+            RowsMode::NewestPerSeries { rows: 1 },
+        )? {
             Some(input) => Ok(Transformed::yes(LogicalPlan::Aggregate(
                 datafusion::logical_expr::Aggregate::try_new(
                     Arc::new(input),
@@ -207,6 +216,156 @@ impl OptimizerRule for LastPointPushdown {
             None => Ok(Transformed::no(plan)),
         }
     }
+}
+
+/// Series-limit pushdown: `Filter(rn <= n)` over a window whose only
+/// function is `row_number() OVER (PARTITION BY tags ORDER BY time DESC, ...)`
+/// (what `QUALIFY row_number() OVER (...) <= n`, or a subquery filtered on
+/// its row number, becomes) reads only the newest `n` rows of each series:
+/// a row among its group's newest `n` has fewer than `n` newer rows in the
+/// group, so fewer than `n` in its series, and every row newer than it in
+/// the group is kept for the same reason, so its row number is unchanged.
+/// The window and the filter stay and number the rows.
+#[derive(Debug, Default)]
+pub struct SeriesLimitPushdown;
+
+impl OptimizerRule for SeriesLimitPushdown {
+    fn name(&self) -> &str {
+        "sealion_series_limit_pushdown"
+    }
+
+    fn apply_order(&self) -> Option<ApplyOrder> {
+        Some(ApplyOrder::TopDown)
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn OptimizerConfig,
+    ) -> DfResult<Transformed<LogicalPlan>> {
+        let LogicalPlan::Filter(filter) = &plan else {
+            return Ok(Transformed::no(plan));
+        };
+        let LogicalPlan::Window(window) = filter.input.as_ref() else {
+            return Ok(Transformed::no(plan));
+        };
+        let Some(rows) = newest_rows_kept(filter, window) else {
+            return Ok(Transformed::no(plan));
+        };
+        match replace_scan(
+            window.input.as_ref(),
+            None,
+            RowsMode::NewestPerSeries { rows },
+        )? {
+            Some(input) => {
+                let window = LogicalPlan::Window(datafusion::logical_expr::Window::try_new(
+                    window.window_expr.clone(),
+                    Arc::new(input),
+                )?);
+                Ok(Transformed::yes(LogicalPlan::Filter(
+                    datafusion::logical_expr::Filter::try_new(
+                        filter.predicate.clone(),
+                        Arc::new(window),
+                    )?,
+                )))
+            }
+            None => Ok(Transformed::no(plan)),
+        }
+    }
+}
+
+/// `n` when `window` numbers each tag group's rows newest first with
+/// `row_number()` and one conjunct of `filter` keeps only numbers up to
+/// `n` (at most [`MAX_ORDERED_LIMIT`]).
+fn newest_rows_kept(
+    filter: &datafusion::logical_expr::Filter,
+    window: &datafusion::logical_expr::Window,
+) -> Option<usize> {
+    use datafusion::logical_expr::expr::{WindowFunction, WindowFunctionDefinition};
+    use datafusion::logical_expr::{BinaryExpr, Operator};
+    let table = base_table(window.input.as_ref())?;
+    let time = time_column(&table)?.name.clone();
+    let [e] = window.window_expr.as_slice() else {
+        return None;
+    };
+    let mut inner = e;
+    while let Expr::Alias(a) = inner {
+        inner = a.expr.as_ref();
+    }
+    let Expr::WindowFunction(w) = inner else {
+        return None;
+    };
+    let WindowFunction { fun, params } = w.as_ref();
+    let WindowFunctionDefinition::WindowUDF(udf) = fun else {
+        return None;
+    };
+    if udf.name() != "row_number"
+        || !params.args.is_empty()
+        || params.filter.is_some()
+        || params.distinct
+    {
+        return None;
+    }
+    let tag = |e: &Expr| match e {
+        Expr::Column(c) => table
+            .columns
+            .iter()
+            .any(|col| col.name == c.name && col.kind() == sealion_common::proto::ColumnKind::Tag),
+        _ => false,
+    };
+    if !params.partition_by.iter().all(tag) {
+        return None;
+    }
+    // Newest first; later keys only break ties between series (a series
+    // has one row per time), so the argument above still holds.
+    match params.order_by.first() {
+        Some(s) if is_time_column(&s.expr, &time) && !s.asc => {}
+        _ => return None,
+    }
+    // The row number's column, as the filter names it.
+    let number = window.schema.field(window.schema.fields().len() - 1).name();
+    let is_number = |e: &Expr| matches!(e, Expr::Column(c) if c.name == *number);
+    let literal = |e: &Expr| match e {
+        Expr::Literal(v, _) => match v {
+            ScalarValue::UInt64(Some(n)) => i128::try_from(*n).ok(),
+            ScalarValue::Int64(Some(n)) => Some(i128::from(*n)),
+            ScalarValue::Int32(Some(n)) => Some(i128::from(*n)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut best: Option<i128> = None;
+    for c in datafusion::logical_expr::utils::split_conjunction(&filter.predicate) {
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = c else {
+            continue;
+        };
+        // `rn <= n`, `rn < n`, `rn = n` and their mirror images: every kept
+        // number is at most `n`.
+        let bound = match (
+            is_number(left),
+            literal(right),
+            literal(left),
+            is_number(right),
+        ) {
+            (true, Some(n), _, _) => match op {
+                Operator::LtEq | Operator::Eq => n,
+                Operator::Lt => n - 1,
+                _ => continue,
+            },
+            (_, _, Some(n), true) => match op {
+                Operator::GtEq | Operator::Eq => n,
+                Operator::Gt => n - 1,
+                _ => continue,
+            },
+            _ => continue,
+        };
+        best = Some(best.map_or(bound, |b| b.min(bound)));
+    }
+    let n = best?;
+    if n < 1 || n > i128::from(MAX_ORDERED_LIMIT) {
+        return None;
+    }
+    usize::try_from(n).ok()
 }
 
 /// Whether `agg` groups by tag columns only and every aggregate is the
@@ -298,14 +457,10 @@ impl ExtensionPlanner for RowsPlanner {
         let Some(table) = node.table.as_ref().downcast_ref::<SealionTable>() else {
             return Ok(None);
         };
-        let (order, limit, last_per_series) = match node.mode {
-            RowsMode::TimeOrder { desc: true, limit } => {
-                (ScanOrder::OrderTimeDesc, Some(limit), false)
-            }
-            RowsMode::TimeOrder { desc: false, limit } => {
-                (ScanOrder::OrderTimeAsc, Some(limit), false)
-            }
-            RowsMode::LastPerSeries => (ScanOrder::OrderSeries, None, true),
+        let (order, limit, per_series) = match node.mode {
+            RowsMode::TimeOrder { desc: true, limit } => (ScanOrder::OrderTimeDesc, Some(limit), 0),
+            RowsMode::TimeOrder { desc: false, limit } => (ScanOrder::OrderTimeAsc, Some(limit), 0),
+            RowsMode::NewestPerSeries { rows } => (ScanOrder::OrderSeries, None, rows as u64),
         };
         let scan = table.plan_scan(ScanShape {
             projection: node.columns.clone(),
@@ -314,7 +469,7 @@ impl ExtensionPlanner for RowsPlanner {
             limit,
             aggregate: None,
             order,
-            last_per_series,
+            newest_per_series: per_series,
             steps: None,
         })?;
         Ok(Some(Arc::new(scan)))

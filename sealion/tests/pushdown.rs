@@ -480,6 +480,61 @@ want {want:?}"
     }
 }
 
+/// The newest rows of each tag group by `row_number()`: (SQL, pushed
+/// down). Rows come in no order; they are compared sorted.
+const SERIES_LIMITED: &[(&str, bool)] = &[
+    (
+        "SELECT host, time, usage FROM cpu QUALIFY row_number() OVER (PARTITION BY host ORDER BY time DESC) <= 3",
+        true,
+    ),
+    (
+        "SELECT host, time, n FROM (SELECT host, time, n, row_number() OVER (PARTITION BY host ORDER BY time DESC) AS rn FROM cpu WHERE usage > 50) WHERE rn < 3",
+        true,
+    ),
+    // Groups of several series.
+    (
+        "SELECT region, host, time, usage FROM cpu QUALIFY row_number() OVER (PARTITION BY region ORDER BY time DESC, host) <= 4",
+        true,
+    ),
+    (
+        "SELECT time, host FROM cpu WHERE host IN ('h1', 'h4') AND time < '2024-01-02T06:00:00Z' QUALIFY row_number() OVER (PARTITION BY host ORDER BY time DESC) = 1",
+        true,
+    ),
+    (
+        "SELECT time, host, n FROM cpu QUALIFY row_number() OVER (ORDER BY time DESC, host) <= 2",
+        true,
+    ),
+    // Oldest first, a bound from below, another function: not pushed.
+    (
+        "SELECT host, time FROM cpu QUALIFY row_number() OVER (PARTITION BY host ORDER BY time) <= 2",
+        false,
+    ),
+    (
+        "SELECT host, time FROM cpu WHERE host = 'h2' QUALIFY row_number() OVER (PARTITION BY host ORDER BY time DESC) > 300",
+        false,
+    ),
+    (
+        "SELECT host, time FROM cpu QUALIFY rank() OVER (PARTITION BY host ORDER BY time DESC) <= 2",
+        false,
+    ),
+];
+
+async fn check_series_limited(http: &Http, ctx: &SessionContext, stage: &str) {
+    for (q, pushed) in SERIES_LIMITED {
+        let got = http.rows("public", q).await;
+        let keys = got.first().map_or(0, |r| r.len());
+        let (got, want) = (sorted(got, keys), sorted(model_rows(ctx, q).await, keys));
+        assert!(!want.is_empty(), "{stage}: {q}: the model has no rows");
+        assert_eq!(got, want, "{stage}: {q}");
+        let plan = explain(http, q).await;
+        assert_eq!(
+            plan.contains("of each series"),
+            *pushed,
+            "{stage}: {q} pushed down should be {pushed}; plan:\n{plan}"
+        );
+    }
+}
+
 /// Last-point queries: (SQL, pushed down).
 const LAST_POINT: &[(&str, bool)] = &[
     (
@@ -576,6 +631,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     check_all(&s.http, &ctx, "open").await;
     check_time_ordered(&s.http, &ctx, "open").await;
     check_bucket_limited(&s.http, &ctx, "open").await;
+    check_series_limited(&s.http, &ctx, "open").await;
     check_last_point(&s.http, &ctx, "open").await;
 
     // Seal all three days; then late rows for one host and a DELETE for
@@ -615,6 +671,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     check_all(&s.http, &ctx, "sealed with late rows and a delete").await;
     check_time_ordered(&s.http, &ctx, "sealed with late rows and a delete").await;
     check_bucket_limited(&s.http, &ctx, "sealed with late rows and a delete").await;
+    check_series_limited(&s.http, &ctx, "sealed with late rows and a delete").await;
     check_last_point(&s.http, &ctx, "sealed with late rows and a delete").await;
     // With no time range, the newest rows are found in the newest
     // partition that holds rows: older ones are never read. (Meta creates
@@ -658,6 +715,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     check_all(&s.http, &ctx, "resealed").await;
     check_time_ordered(&s.http, &ctx, "resealed").await;
     check_bucket_limited(&s.http, &ctx, "resealed").await;
+    check_series_limited(&s.http, &ctx, "resealed").await;
     check_last_point(&s.http, &ctx, "resealed").await;
     // Sealed and clean: the last points come from the directories, no page
     // decoded, one row per series shipped.
@@ -669,6 +727,16 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     // bytes each), not the capacity the node's builders reserved.
     let bytes = metric(&plan, "bytes_shipped");
     assert!(bytes > 0 && bytes <= 100 * HOSTS as u64, "{plan}");
+    // The newest three rows of each host: at most three per series from
+    // each partition read.
+    let q = "SELECT host, time, usage FROM cpu WHERE time < '2024-01-04T00:00:00Z' QUALIFY row_number() OVER (PARTITION BY host ORDER BY time DESC) <= 3";
+    let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;
+    let read = metric(&plan, "partitions_read");
+    assert!(read >= 1, "{plan}");
+    assert!(
+        metric(&plan, "rows_shipped") <= 3 * HOSTS as u64 * read,
+        "{plan}"
+    );
     // A pushed aggregate ships one state per group, whatever the rows.
     let q = "SELECT host, count(*), max(usage) FROM cpu GROUP BY host";
     let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;
@@ -877,6 +945,8 @@ async fn random_aggregates_on_a_cluster_answer_as_datafusion_does() {
     write(http, &rows).await;
     let ctx = model(&rows).await;
     check_random(http, &ctx, seed, 40, "open").await;
+    check_bucket_limited(http, &ctx, "cluster, open").await;
+    check_series_limited(http, &ctx, "cluster, open").await;
     admin_seal(http, "cpu").await;
     let late: Vec<Row> = (0..50)
         .map(|k| value_row(&mut rng, 3, (DAY0_S + k * STEP_S + 405) * NS))
@@ -891,6 +961,8 @@ async fn random_aggregates_on_a_cluster_answer_as_datafusion_does() {
     rows.retain(|r| !(r.host == 4 && r.t_ns >= (DAY0_S + 86_400) * NS));
     let ctx = model(&rows).await;
     check_random(http, &ctx, seed ^ 0x9e37, 60, "sealed, late rows, delete").await;
+    check_bucket_limited(http, &ctx, "cluster, sealed").await;
+    check_series_limited(http, &ctx, "cluster, sealed").await;
     drop(cluster);
 }
 

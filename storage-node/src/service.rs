@@ -515,7 +515,7 @@ struct StartedScan {
     /// Its batches, with backpressure; an error ends them.
     batches: tokio_stream::wrappers::ReceiverStream<Result<RecordBatch, Status>>,
     /// Its counters, sent once the last batch is; never sent when the scan
-    /// failed.
+    /// failed or gave up on its reader.
     metrics: tokio::sync::oneshot::Receiver<ScanMetrics>,
 }
 
@@ -537,16 +537,29 @@ fn start_scan(ctx: &NodeContext, scan: ScanRequest) -> Result<StartedScan, Statu
     let engine = ctx.engine.clone();
     tokio::task::spawn_blocking(move || {
         let mut bytes = 0u64;
+        let mut gave_up = false;
         let handle = tokio::runtime::Handle::current();
         let result = engine.scan_until(&scan, &|| tx.is_closed(), |batch| {
             bytes += sealion_format::batch_bytes(&batch);
             // A reader that stops reading for this long loses its scan
             // (and this thread and the snapshot it holds are freed).
-            handle
-                .block_on(tx.send_timeout(Ok(batch), SCAN_SEND_TIMEOUT))
-                .is_ok()
+            match handle.block_on(tx.send_timeout(Ok(batch), SCAN_SEND_TIMEOUT)) {
+                Ok(()) => true,
+                Err(tokio::sync::mpsc::error::SendTimeoutError::Timeout(_)) => {
+                    gave_up = true;
+                    false
+                }
+                Err(tokio::sync::mpsc::error::SendTimeoutError::Closed(_)) => false,
+            }
         });
         match result {
+            // Cut short: no counters, so the reader, should it come back,
+            // sees an answer that ended before its last batch.
+            Ok(_) if gave_up => {
+                tracing::warn!(
+                    "a scan's reader took no batch for {SCAN_SEND_TIMEOUT:?}: scan ended"
+                );
+            }
             Ok(mut m) => {
                 m.bytes_returned = bytes;
                 metrics::counter!("sealion_storage_rows_scanned_total").increment(m.rows_scanned);

@@ -86,8 +86,8 @@ pub enum Mode {
     /// The first `limit` rows by time (newest first when `desc`), ties broken
     /// by series key.
     Ordered { desc: bool },
-    /// The newest matching row of each series.
-    Last,
+    /// The newest `rows` matching rows of each series.
+    Last { rows: usize },
     /// Partial states per group.
     Aggregate(AggPlan),
 }
@@ -291,10 +291,22 @@ impl Query {
                 if req.limit != 0 {
                     return Err(Error::Invalid("a last-point scan takes no limit".into()));
                 }
-                Mode::Last
+                if req.rows_per_series > MAX_ORDERED_LIMIT {
+                    return Err(Error::Invalid(format!(
+                        "a last-point scan keeps at most {MAX_ORDERED_LIMIT} rows per series"
+                    )));
+                }
+                Mode::Last {
+                    rows: req.rows_per_series.max(1) as usize,
+                }
             }
             (None, true, _) => {
                 return Err(Error::Invalid("a last-point scan has no row order".into()));
+            }
+            (None, false, _) if req.rows_per_series != 0 => {
+                return Err(Error::Invalid(
+                    "rows per series are asked of last-point scans only".into(),
+                ));
             }
             (None, false, ScanOrder::OrderSeries) => Mode::Rows,
             (None, false, order) => {
@@ -472,7 +484,10 @@ enum Collector {
         heap: BinaryHeap<Ranked>,
     },
     Last {
-        best: HashMap<Vec<u8>, Kept>,
+        /// How many of each series' newest rows are kept.
+        rows: usize,
+        /// Per series, its newest rows so far, newest first.
+        best: HashMap<Vec<u8>, Vec<Kept>>,
     },
     Aggregate {
         plan: AggPlan,
@@ -515,7 +530,8 @@ impl<'a> Output<'a> {
                 desc: *desc,
                 heap: BinaryHeap::new(),
             },
-            Mode::Last => Collector::Last {
+            Mode::Last { rows } => Collector::Last {
+                rows: *rows,
                 best: HashMap::new(),
             },
             Mode::Aggregate(plan) => Collector::Aggregate {
@@ -640,11 +656,20 @@ impl<'a> Output<'a> {
                     heap.push(candidate);
                 }
             }
-            Collector::Last { best } => {
-                let newer = best.get(series).is_none_or(|k| time_ns > k.time_ns);
-                if newer {
-                    best.insert(
-                        series.to_vec(),
+            Collector::Last { rows, best } => {
+                // Each series' newest rows so far, newest first.
+                let kept = match best.get_mut(series) {
+                    Some(k) => k,
+                    None => best.entry(series.to_vec()).or_default(),
+                };
+                let at = kept.partition_point(|k| k.time_ns > time_ns);
+                let replaces = kept.get(at).is_some_and(|k| k.time_ns == time_ns);
+                if at < *rows && !replaces {
+                    if kept.len() == *rows {
+                        kept.pop();
+                    }
+                    kept.insert(
+                        at,
                         Kept {
                             time_ns,
                             series: series.to_vec(),
@@ -811,6 +836,7 @@ impl<'a> Output<'a> {
         match std::mem::replace(
             &mut self.collector,
             Collector::Last {
+                rows: 0,
                 best: HashMap::new(),
             },
         ) {
@@ -824,9 +850,9 @@ impl<'a> Output<'a> {
                 let rows: Vec<Kept> = heap.into_sorted_vec().into_iter().map(|r| r.row).collect();
                 self.send_kept(rows)?;
             }
-            Collector::Last { best } => {
-                let mut rows: Vec<Kept> = best.into_values().collect();
-                rows.sort_by(|a, b| a.series.cmp(&b.series));
+            Collector::Last { best, .. } => {
+                let mut rows: Vec<Kept> = best.into_values().flatten().collect();
+                rows.sort_by(|a, b| (&a.series, a.time_ns).cmp(&(&b.series, b.time_ns)));
                 self.send_kept(rows)?;
             }
             Collector::Aggregate {

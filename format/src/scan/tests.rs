@@ -173,7 +173,10 @@ enum Want {
         desc: bool,
         limit: u64,
     },
-    Last,
+    /// The newest `rows` matching rows of each series (0: unset, one).
+    Last {
+        rows: u64,
+    },
     Agg {
         width: i64,
         origin: i64,
@@ -265,7 +268,7 @@ fn want() -> impl Strategy<Value = Want> {
     prop_oneof![
         prop_oneof![Just(0u64), 1..40u64].prop_map(|limit| Want::Rows { limit }),
         (any::<bool>(), 1..30u64).prop_map(|(desc, limit)| Want::Ordered { desc, limit }),
-        Just(Want::Last),
+        (0..4u64).prop_map(|rows| Want::Last { rows }),
         (
             prop_oneof![Just(0i64), 1..60i64],
             -20..20i64,
@@ -430,6 +433,7 @@ fn to_proto(r: &Req) -> ScanRequest {
         order: ScanOrder::OrderSeries as i32,
         aggregate: None,
         last_per_series: false,
+        rows_per_series: 0,
     };
     match &r.want {
         Want::Rows { limit } => req.limit = *limit,
@@ -441,7 +445,10 @@ fn to_proto(r: &Req) -> ScanRequest {
                 ScanOrder::OrderTimeAsc
             } as i32;
         }
-        Want::Last => req.last_per_series = true,
+        Want::Last { rows } => {
+            req.last_per_series = true;
+            req.rows_per_series = *rows;
+        }
         Want::Agg {
             width,
             origin,
@@ -623,18 +630,21 @@ fn model_answer(r: &Req, rows: &[Model]) -> Answer {
                     .collect(),
             )
         }
-        Want::Last => {
-            let mut best: BTreeMap<Vec<u8>, &Model> = BTreeMap::new();
+        Want::Last { rows } => {
+            // Each series' rows, newest first; its first `rows` (at least
+            // one) of them, in (series, time) order.
+            let mut by_series: BTreeMap<Vec<u8>, Vec<&Model>> = BTreeMap::new();
             for m in kept {
-                if best.get(&m.series).is_none_or(|b| m.time > b.time) {
-                    best.insert(m.series.clone(), m);
-                }
+                by_series.entry(m.series.clone()).or_default().push(m);
             }
-            Answer::Rows(
-                best.values()
-                    .map(|m| model_row_text(m, &r.columns))
-                    .collect(),
-            )
+            let mut out = Vec::new();
+            for v in by_series.values_mut() {
+                v.sort_by_key(|m| std::cmp::Reverse(m.time));
+                v.truncate((*rows).max(1) as usize);
+                v.reverse();
+                out.extend(v.iter().map(|m| model_row_text(m, &r.columns)));
+            }
+            Answer::Rows(out)
         }
         Want::Agg {
             width,
@@ -944,6 +954,33 @@ fn a_last_point_scan_decodes_no_page() {
     assert_eq!(m.pages_decoded, 0, "{m:?}");
     assert_eq!(m.last_points_from_directory, 50);
     assert_eq!(m.row_groups_skipped, m.row_groups_total);
+}
+
+#[test]
+fn newest_rows_of_each_series_read_only_the_row_groups_that_hold_them() {
+    // 100-row groups: each host's 200 rows span two of them; `usage > 95`
+    // holds on 4 of each 100 rows.
+    let rows = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let file = seal(dir.path(), &rows, 100, 50);
+    let mut req = plain_req();
+    req.last_per_series = true;
+    req.field_predicate = Some(to_proto_field(&FieldP::Usage(CompareOp::CmpGt, 95.0)));
+    for (per_series, newest_only) in [(3, true), (4, true), (5, false), (50, false)] {
+        req.rows_per_series = per_series;
+        let (batches, m) = run_sealed(&req, &file);
+        let (plain, _) = run_plain(&req, &rows);
+        let got = batch_rows(&batches);
+        assert_eq!(got, batch_rows(&plain), "{per_series} per series");
+        assert_eq!(got.len(), 50 * per_series.min(8) as usize, "{per_series}");
+        // A series' newest group answers for up to 4 rows; more need the
+        // older one too.
+        if newest_only {
+            assert_eq!(m.row_groups_skipped, 50, "{per_series}: {m:?}");
+        } else {
+            assert_eq!(m.row_groups_skipped, 0, "{per_series}: {m:?}");
+        }
+    }
 }
 
 #[test]

@@ -174,7 +174,7 @@ impl SealedFile {
         let touched = match &q.mode {
             Mode::Rows => self.run_rows(out, &ctxs)?,
             Mode::Aggregate(_) => self.run_aggregate(out, &ctxs)?,
-            Mode::Last => self.run_last(out, &ctxs)?,
+            Mode::Last { rows } => self.run_last(out, &ctxs, *rows)?,
             Mode::Ordered { desc } => self.run_ordered(out, &ctxs, *desc)?,
         };
         let decoded = pages_decoded() - before;
@@ -830,7 +830,7 @@ impl SealedFile {
     }
 
     /// Last mode.
-    fn run_last(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx]) -> Result<u64> {
+    fn run_last(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx], rows: usize) -> Result<u64> {
         let q = out.query;
         let mut touched = std::collections::BTreeSet::new();
         let mut pending = Vec::new();
@@ -842,7 +842,9 @@ impl SealedFile {
             if !ctx.passes || info.rows == 0 {
                 continue;
             }
-            if info.last_time_ns >= q.start_ns && info.last_time_ns < q.end_ns {
+            // The directory holds each series' last row: it answers for
+            // one row per series.
+            if rows == 1 && info.last_time_ns >= q.start_ns && info.last_time_ns < q.end_ns {
                 let fields = decode_fields(&info.last_value).ok_or_else(|| Error::Corrupt {
                     partition_id: self.partition_id,
                     reason: format!("bad last row in the directory of {}", self.path.display()),
@@ -869,7 +871,7 @@ impl SealedFile {
         }
         // Series the directory could not answer: their row groups newest
         // first, each group decoded once for all of its pending series; a
-        // series is settled by the first (newest) group holding a match.
+        // series is settled by the newest groups that hold `rows` matches.
         let mut by_group: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
         for &s in &pending {
             let info = &self.series[s];
@@ -884,6 +886,9 @@ impl SealedFile {
             }
         }
         let mut settled = vec![false; self.series.len()];
+        // Matching rows of each series found in this file so far: a series
+        // is settled once the newest groups gave it `rows` of them.
+        let mut matched: std::collections::HashMap<Vec<u8>, usize> = Default::default();
         for (&g, series) in by_group.iter().rev() {
             if out.done() {
                 break;
@@ -901,18 +906,15 @@ impl SealedFile {
                 continue;
             }
             touched.insert(g);
-            let rows = self.rows_of_groups(vec![g]).filter(|r| {
+            let found = self.rows_of_groups(vec![g]).filter(|r| {
                 r.as_ref()
                     .map_or(true, |r| wanted.contains(r.series.as_slice()))
             });
-            let mut matched: Vec<Vec<u8>> = Vec::new();
-            crate::scan::scan_rows_with(out, self.partition_id, rows, &mut |key: &[u8]| {
-                if matched.last().is_none_or(|m| m.as_slice() != key) {
-                    matched.push(key.to_vec());
-                }
+            crate::scan::scan_rows_with(out, self.partition_id, found, &mut |key: &[u8]| {
+                *matched.entry(key.to_vec()).or_default() += 1;
             })?;
             for &s in series {
-                if matched.iter().any(|k| *k == self.series[s].key) {
+                if matched.get(&self.series[s].key).is_some_and(|&n| n >= rows) {
                     settled[s] = true;
                 }
             }
