@@ -13,7 +13,9 @@
 //! do not name one series and right rows tie on time, the match is the one
 //! whose other columns sort last.
 //!
-//! Both sides are read, sorted by (key, time) and merged in one pass. When
+//! The left side is read and sorted by (key, time); the right side streams
+//! by, each right row kept only while it is the best match of some left
+//! row, so memory follows the left side however large the right. When
 //! the left side is small (at most [`PROBE_MAX_LEFT_ROWS`] rows) and the
 //! keys are tags of the right table, the right side is read only for the
 //! keys the left side holds, which the storage nodes answer by series
@@ -505,15 +507,18 @@ impl ExecutionPlan for AsofExec {
             for i in 0..scan.properties().partitioning.partition_count() {
                 parts.push(scan.execute(i, context.clone())?);
             }
-            let batches: Vec<RecordBatch> =
-                futures::stream::select_all(parts).try_collect().await?;
-            for b in &batches {
-                reservation.try_grow(b.get_array_memory_size())?;
+            // The right side streams by: only the best row for each left
+            // row is kept, so memory follows the left side, not the right.
+            let mut matcher = Matcher::new(&left, left_time, &right_schema, &rtime, &keys)?;
+            reservation.try_grow(matcher.base_bytes())?;
+            let mut right_stream = futures::stream::select_all(parts);
+            while let Some(batch) = right_stream.next().await {
+                let batch = batch?;
+                right_rows.add(batch.num_rows());
+                let grown = matcher.add(&batch)?;
+                reservation.try_grow(grown)?;
             }
-            let right_batch = arrow::compute::concat_batches(&right_schema, &batches)?;
-            drop(batches);
-            right_rows.add(right_batch.num_rows());
-            let out = merge(&left, left_time, &right_batch, &rtime, &keys, &full_schema)?;
+            let out = matcher.finish(&left, &full_schema)?;
             reservation.free();
             match &projection {
                 Some(p) => Ok(out.project(p)?),
@@ -539,7 +544,6 @@ fn sorted_by_key_time(
     batch: &RecordBatch,
     keys: &[String],
     times: &[i64],
-    ties: Option<&arrow::row::Rows>,
 ) -> DfResult<(Vec<usize>, arrow::row::Rows)> {
     let mut cols = Vec::with_capacity(keys.len());
     for k in keys {
@@ -551,99 +555,216 @@ fn sorted_by_key_time(
     }
     let rows = converter.convert_columns(&cols)?;
     let mut order: Vec<usize> = (0..batch.num_rows()).collect();
-    order.sort_by(|&a, &b| {
-        rows.row(a)
-            .cmp(&rows.row(b))
-            .then(times[a].cmp(&times[b]))
-            .then_with(|| match ties {
-                Some(t) => t.row(a).cmp(&t.row(b)),
-                None => std::cmp::Ordering::Equal,
-            })
-    });
+    order.sort_by(|&a, &b| rows.row(a).cmp(&rows.row(b)).then(times[a].cmp(&times[b])));
     Ok((order, rows))
 }
 
-/// The merge: for each left row in (key, time) order, the last right row
-/// of the same key at or before its time. A NULL key matches nothing.
-fn merge(
-    left: &RecordBatch,
-    left_time: usize,
-    right: &RecordBatch,
-    right_time: &str,
-    keys: &[String],
-    schema: &SchemaRef,
-) -> DfResult<RecordBatch> {
-    let lt = times_of(left.column(left_time))?;
-    let rt = times_of(right.column(right.schema().index_of(right_time)?))?;
-    let converter = RowConverter::new(vec![SortField::new(DataType::Utf8); keys.len()])?;
-    let (lorder, lkeys) = sorted_by_key_time(&converter, left, keys, &lt, None)?;
-    // Right rows of one key at one time (keys that do not name a series)
-    // are ordered by their other columns, so the match among them (the
-    // last) does not depend on which node answered first.
-    let others: Vec<ArrayRef> = right
-        .schema()
-        .fields()
-        .iter()
-        .zip(right.columns())
-        .filter(|(f, _)| !keys.contains(f.name()))
-        .map(|(_, c)| c.clone())
-        .collect();
-    let tie_converter = RowConverter::new(
-        others
-            .iter()
-            .map(|c| SortField::new(c.data_type().clone()))
-            .collect(),
-    )?;
-    let ties = tie_converter.convert_columns(&others)?;
-    let (rorder, rkeys) = sorted_by_key_time(&converter, right, keys, &rt, Some(&ties))?;
-    let null_key = |b: &RecordBatch, i: usize| -> DfResult<bool> {
-        for k in keys {
-            if b.column(b.schema().index_of(k)?).is_null(i) {
-                return Ok(true);
+/// The as-of match, right rows taken as they come.
+///
+/// The left rows are sorted by (key, time); position `p` in that order
+/// stands for the left row there. A right row of a key belongs to the
+/// first position of that key whose time is at or after its own: it is a
+/// candidate for that left row and every later one of the key, and the
+/// later positions' own right rows are newer than it. So each position
+/// keeps only its best right row (latest time; among equal times, the one
+/// whose other columns sort last), and a left row's match is the best row
+/// of the nearest position at or before it that has one. A NULL key
+/// matches nothing.
+struct Matcher {
+    keys: Vec<String>,
+    right_time: String,
+    converter: RowConverter,
+    /// Encodes a right row's columns other than the keys: compared to
+    /// break ties between rows of one time, and decoded at the end.
+    others: RowConverter,
+    others_at: Vec<usize>,
+    /// Left rows in (key, time) order, and their times.
+    order: Vec<usize>,
+    times: Vec<i64>,
+    /// Each non-NULL key's positions `[a, b)` in `order`.
+    ranges: std::collections::HashMap<Vec<u8>, (usize, usize)>,
+    /// Each position's best right row so far.
+    best: Vec<Option<(i64, arrow::row::OwnedRow)>>,
+}
+
+impl Matcher {
+    fn new(
+        left: &RecordBatch,
+        left_time: usize,
+        right_schema: &SchemaRef,
+        right_time: &str,
+        keys: &[String],
+    ) -> DfResult<Self> {
+        let lt = times_of(left.column(left_time))?;
+        let converter = RowConverter::new(vec![SortField::new(DataType::Utf8); keys.len()])?;
+        let (order, lkeys) = sorted_by_key_time(&converter, left, keys, &lt)?;
+        let mut ranges = std::collections::HashMap::new();
+        let mut a = 0;
+        while a < order.len() {
+            let key = lkeys.row(order[a]);
+            let mut b = a + 1;
+            while b < order.len() && lkeys.row(order[b]) == key {
+                b += 1;
+            }
+            if !has_null_key(left, keys, order[a])? {
+                ranges.insert(key.as_ref().to_vec(), (a, b));
+            }
+            a = b;
+        }
+        let others_at: Vec<usize> = (0..right_schema.fields().len())
+            .filter(|&i| !keys.contains(right_schema.field(i).name()))
+            .collect();
+        let others = RowConverter::new(
+            others_at
+                .iter()
+                .map(|&i| SortField::new(right_schema.field(i).data_type().clone()))
+                .collect(),
+        )?;
+        Ok(Matcher {
+            keys: keys.to_vec(),
+            right_time: right_time.to_string(),
+            converter,
+            others,
+            others_at,
+            times: order.iter().map(|&i| lt[i]).collect(),
+            best: vec![None; order.len()],
+            order,
+            ranges,
+        })
+    }
+
+    /// What the matcher holds before any right row: the order and times of
+    /// the left rows, their keys, and a slot per left row.
+    fn base_bytes(&self) -> usize {
+        self.order.len() * (8 + 8 + 40) + self.ranges.keys().map(|k| k.len() + 48).sum::<usize>()
+    }
+
+    /// Takes one batch of right rows; returns roughly how many more bytes
+    /// the kept rows take.
+    fn add(&mut self, batch: &RecordBatch) -> DfResult<usize> {
+        let mut cols = Vec::with_capacity(self.keys.len());
+        for k in &self.keys {
+            cols.push(cast(
+                batch.column(batch.schema().index_of(k)?),
+                &DataType::Utf8,
+            )?);
+        }
+        let rkeys = self.converter.convert_columns(&cols)?;
+        let rt = times_of(batch.column(batch.schema().index_of(&self.right_time)?))?;
+        // This batch's best rows per position: the latest time, and every
+        // row at that time (ties are settled on the other columns below).
+        let mut touched: std::collections::HashMap<usize, (i64, Vec<u32>)> = Default::default();
+        let mut last: Option<(usize, Option<(usize, usize)>)> = None;
+        for r in 0..batch.num_rows() {
+            if cols.iter().any(|c| c.is_null(r)) {
+                continue;
+            }
+            // Rows come series by series: the previous row's key usually
+            // is this one's.
+            let range = match last {
+                Some((prev, range)) if rkeys.row(prev) == rkeys.row(r) => range,
+                _ => self.ranges.get(rkeys.row(r).as_ref()).copied(),
+            };
+            last = Some((r, range));
+            let Some((a, b)) = range else {
+                continue;
+            };
+            let p = a + self.times[a..b].partition_point(|&t| t < rt[r]);
+            if p == b {
+                continue;
+            }
+            if self.best[p].as_ref().is_some_and(|(t, _)| *t > rt[r]) {
+                continue;
+            }
+            let e = touched.entry(p).or_insert((i64::MIN, Vec::new()));
+            if rt[r] > e.0 {
+                *e = (rt[r], vec![r as u32]);
+            } else if rt[r] == e.0 {
+                e.1.push(r as u32);
             }
         }
-        Ok(false)
-    };
-    let mut matched: Vec<Option<u32>> = Vec::with_capacity(lorder.len());
-    let mut j = 0;
-    for &l in &lorder {
-        // Skip right rows of smaller keys.
-        while j < rorder.len() && rkeys.row(rorder[j]) < lkeys.row(l) {
-            j += 1;
+        if touched.is_empty() {
+            return Ok(0);
         }
-        // Within the key, advance while the right row is not after `l`.
-        let mut best = None;
-        let mut k = j;
-        while k < rorder.len() && rkeys.row(rorder[k]) == lkeys.row(l) && rt[rorder[k]] <= lt[l] {
-            best = Some(rorder[k] as u32);
-            k += 1;
+        let candidates: Vec<u32> = touched
+            .values()
+            .flat_map(|(_, rows)| rows.iter().copied())
+            .collect();
+        let index = UInt32Array::from(candidates.clone());
+        let columns = self
+            .others_at
+            .iter()
+            .map(|&i| arrow::compute::take(batch.column(i).as_ref(), &index, None))
+            .collect::<Result<Vec<_>, _>>()?;
+        let encoded = self.others.convert_columns(&columns)?;
+        let at: std::collections::HashMap<u32, usize> = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| (r, i))
+            .collect();
+        let mut grown = 0;
+        for (p, (t, rows)) in touched {
+            for r in rows {
+                let row = encoded.row(at[&r]);
+                let better = match &self.best[p] {
+                    None => true,
+                    Some((bt, brow)) => (t, row) > (*bt, brow.row()),
+                };
+                if better {
+                    let owned = row.owned();
+                    grown += owned.as_ref().len();
+                    self.best[p] = Some((t, owned));
+                }
+            }
         }
-        // Left rows of one key come in time order, so the next one starts
-        // from this match.
-        if let Some(b) = best {
-            j = k - 1;
-            debug_assert_eq!(rorder[j] as u32, b);
-        }
-        if null_key(left, l)? {
-            best = None;
-        }
-        matched.push(best);
+        Ok(grown)
     }
-    let left_idx = UInt32Array::from_iter_values(lorder.iter().map(|&i| i as u32));
-    let right_idx = UInt32Array::from(matched);
-    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-    for c in left.columns() {
-        columns.push(arrow::compute::take(c.as_ref(), &left_idx, None)?);
-    }
-    for (i, f) in right.schema().fields().iter().enumerate() {
-        if keys.contains(f.name()) {
-            continue;
+
+    /// Every left row, in (key, time) order, beside its match.
+    fn finish(self, left: &RecordBatch, schema: &SchemaRef) -> DfResult<RecordBatch> {
+        // A position's match: its own best row or the nearest earlier one
+        // of the same key.
+        let mut matched: Vec<Option<u32>> = vec![None; self.order.len()];
+        let mut rows = Vec::new();
+        let mut slot_of = vec![None; self.order.len()];
+        for &(a, b) in self.ranges.values() {
+            let mut carry = None;
+            for p in a..b {
+                if self.best[p].is_some() {
+                    carry = Some(p);
+                }
+                if let Some(q) = carry {
+                    let slot = *slot_of[q].get_or_insert_with(|| {
+                        rows.push(q);
+                        (rows.len() - 1) as u32
+                    });
+                    matched[p] = Some(slot);
+                }
+            }
         }
-        columns.push(arrow::compute::take(
-            right.column(i).as_ref(),
-            &right_idx,
-            None,
-        )?);
+        let kept = self.others.convert_rows(
+            rows.iter()
+                .filter_map(|&q| self.best[q].as_ref().map(|(_, r)| r.row())),
+        )?;
+        let left_idx = UInt32Array::from_iter_values(self.order.iter().map(|&i| i as u32));
+        let right_idx = UInt32Array::from(matched);
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for c in left.columns() {
+            columns.push(arrow::compute::take(c.as_ref(), &left_idx, None)?);
+        }
+        for c in &kept {
+            columns.push(arrow::compute::take(c.as_ref(), &right_idx, None)?);
+        }
+        Ok(RecordBatch::try_new(schema.clone(), columns)?)
     }
-    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// Whether row `i` of `batch` has a NULL in a key column.
+fn has_null_key(batch: &RecordBatch, keys: &[String], i: usize) -> DfResult<bool> {
+    for k in keys {
+        if batch.column(batch.schema().index_of(k)?).is_null(i) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
