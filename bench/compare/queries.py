@@ -312,6 +312,11 @@ def build(scale: Scale) -> list[Query]:
         lambda d: f"SELECT time, usage_user FROM cpu WHERE hostname = '{h}' ORDER BY time")))
     out.append(Query("000 per-host count over all history", "000", _all(
         lambda d: "SELECT hostname, count(*) FROM cpu GROUP BY hostname ORDER BY hostname")))
+    # Beside the lastpoint query: the newest three readings of every host,
+    # with no time range, as a row number each system knows.
+    out.append(Query("000 newest three readings of every host", "000", _all(lambda d: (
+        "SELECT hostname, time, usage_user FROM (SELECT hostname, time, usage_user, row_number() OVER "
+        "(PARTITION BY hostname ORDER BY time DESC) AS rn FROM cpu) AS t WHERE rn <= 3"))))
     return out
 
 

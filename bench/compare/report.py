@@ -15,8 +15,12 @@ import math
 import sys
 from pathlib import Path
 
-ORDER = ["sealion", "sealion-pg", "postgres-plain", "postgres-part", "duckdb", "chdb", "datafusion"]
-INGEST_ORDER = ["sealion", "sealion-pg", "sealion-cluster-rf1", "sealion-cluster-rf3", "postgres", "victoriametrics",
+# Single-row ingest results are named after the system plus this (run.py).
+SINGLE_ROWS = " single rows"
+ORDER = ["sealion", "sealion-pg", "sealion-cluster", "postgres-plain", "postgres-part", "duckdb", "chdb", "datafusion"]
+INGEST_# Single-row ingest results are named after the system plus this (run.py).
+SINGLE_ROWS = " single rows"
+ORDER = ["sealion", "sealion-pg", "sealion-cluster-rf1", "sealion-cluster-rf3", "postgres", "victoriametrics",
                 "influxdb"]
 
 
@@ -53,7 +57,7 @@ def ratios(r: dict) -> dict[str, dict]:
     """Sealion's median over each peer's, per query, and their geometric mean."""
     out = {}
     for peer in _systems(r):
-        if peer in ("sealion", "sealion-pg"):
+        if peer.startswith("sealion"):
             continue
         per_q = {}
         for q, t in r.get("timings", {}).items():
@@ -101,6 +105,10 @@ def charts(r: dict, stem: Path) -> list[str]:
         plt.close(fig)
         made.append(f"{stem.name}-queries.png")
     ing = r.get("ingest", {}).get("stats")
+    if ing:
+        # Batched runs only: single-row rates are orders of magnitude lower
+        # and are in the report's table.
+        ing = {n: v for n, v in ing.items() if not n.endswith(SINGLE_ROWS)}
     if ing:
         names = [n for n in INGEST_ORDER if n in ing] + [n for n in ing if n not in INGEST_ORDER]
         cl = sorted({int(c) for v in ing.values() for c in v})
@@ -180,7 +188,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
     L.append(f"- Timing: {st['warmup']} warm-up, then {st['runs']} timed runs per query per system; "
              "median (min–max) in ms, wall time on the client, the full answer fetched. Embedded systems "
              "(DuckDB, chDB, DataFusion) run in the benchmark's process; Sealion is asked over HTTP "
-             "(`format=arrow`; `sealion-pg`, when present, is the same process over pgwire with psycopg), "
+             "(`format=arrow`; `sealion-pg`, when present, is the same process over pgwire with psycopg; "
+             "`sealion-cluster` is `sealion cluster` with one meta, three storage and one query process, "
+             "replication factor 1, loaded and sealed the same way), "
              "PostgreSQL over TCP with psycopg: the noise floor below is each one's round trip. Ratios use "
              "the HTTP column.")
     L.append("- Parity first: every system's answer to every query is compared (rows sorted, floats to a "
@@ -218,7 +228,7 @@ def markdown(r: dict, pngs: list[str]) -> str:
         L.append("|---|---|---|---|---|---|")
         for s in systems:
             x = r["load"][s]
-            if s == "sealion":
+            if s in ("sealion", "sealion-cluster"):
                 how = f"line protocol over HTTP, {x['batch_rows']} rows a request, {x['clients']} clients"
                 note = f"then sealed in {x['seal_s']:.1f} s"
                 secs = x["load_s"]
@@ -284,7 +294,7 @@ def markdown(r: dict, pngs: list[str]) -> str:
             L.append("## Ratios\n")
             L.append("Sealion's median over the peer's: **below 1 Sealion is faster, above 1 it is slower.** "
                      "Only the queries timed on both. Geometric mean over those queries.\n")
-            peers = [p for p in systems if p not in ("sealion", "sealion-pg")]
+            peers = [p for p in systems if not p.startswith("sealion")]
             L.append("| query | " + " | ".join(peers) + " |")
             L.append("|---|" + "---|" * len(peers))
             for q in r["queries"]:
@@ -357,6 +367,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
             elif s == "chdb":
                 L.append(f"| {s} | {x['parts_bytes']:,} | {x['parts_bytes'] / vals:.3f} | active parts of {table} "
                          "(system.parts) |")
+            elif s == "sealion-cluster":
+                L.append(f"| {s} | {x['data_dir_bytes']:,} | {x['data_dir_bytes'] / vals:.3f} | every file under "
+                         "the cluster's data dir (meta, three storage nodes; both tables) |")
             elif s == "datafusion":
                 L.append(f"| {s} | {x['parquet_bytes']:,} | {x['parquet_bytes'] / vals:.3f} | the zstd Parquet "
                          + ("file |" if _iot(r) else "files |"))
@@ -386,8 +399,13 @@ def markdown(r: dict, pngs: list[str]) -> str:
                      f"and {sh['late_rows']:,} late rows of {sh['rows']:,} ({sh['out_of_order_rows']:,} out of time "
                      "order in the file), 5 tags and 7 DOUBLE fields; each run sends the file's first rows in "
                      f"arrival order. Bytes on disk above are of the query systems' `{table}` table.\n")
-        names = [n for n in INGEST_ORDER if n in ing.get("stats", {})] + [
-            n for n in ing.get("stats", {}) if n not in INGEST_ORDER]
+        if ing.get("single_row_rows"):
+            L.append(f"Rows named *{SINGLE_ROWS.strip()}* are the same systems given **one row per request** "
+                     f"(one HTTP write, one `INSERT`, one `COPY`), {ing['single_row_rows']:,} rows per run, each "
+                     "acknowledged (for Sealion: synced on every replica) before the client sends its next.\n")
+        batched = [n for n in ing.get("stats", {}) if not n.endswith(SINGLE_ROWS)]
+        names = [n for n in INGEST_ORDER if n in batched] + [n for n in batched if n not in INGEST_ORDER]
+        names += [n + SINGLE_ROWS for n in names if n + SINGLE_ROWS in ing.get("stats", {})]
         cl = st["ingest_clients"]
         L.append("| system | " + " | ".join(f"{c} client{'s' if c > 1 else ''}" for c in cl) + " |")
         L.append("|---|" + "---|" * len(cl))

@@ -47,7 +47,10 @@ sys.path.insert(0, str(HERE))
 
 PIP = {"duckdb": "duckdb", "chdb": "chdb", "datafusion": "datafusion", "pyarrow": "pyarrow",
        "matplotlib": "matplotlib", "psycopg": "psycopg[binary]", "numpy": "numpy"}
-QUERY_SYSTEMS = ["sealion", "sealion-pg", "postgres-plain", "postgres-part", "duckdb", "chdb", "datafusion"]
+QUERY_SYSTEMS = ["sealion", "sealion-pg", "sealion-cluster", "postgres-plain", "postgres-part", "duckdb", "chdb",
+                 "datafusion"]
+# What single-row ingest results are named after (system name + this).
+SINGLE_ROWS = " single rows"
 INGEST_SYSTEMS = ["sealion", "sealion-pg", "sealion-cluster-rf1", "sealion-cluster-rf3", "postgres",
                   "victoriametrics", "influxdb"]
 
@@ -227,6 +230,9 @@ def main() -> int:
     ap.add_argument("--ingest-rows", type=int, default=None,
                     help="rows per ingest run (default: 50,000 quick, 1,000,000 full)")
     ap.add_argument("--ingest-runs", type=int, default=5)
+    ap.add_argument("--single-row-rows", type=int, default=None,
+                    help="rows per single-row ingest run: every system is also given one row per request (or "
+                         "per COPY / INSERT) from each client count (default: 500 quick, 5,000 full; 0: none)")
     ap.add_argument("--ingest-data", choices=["cpu", "iot"], default="cpu",
                     help="rows the ingest runs send: cpu-only, or the IoT shape (trucks with jitter, gaps, sparse "
                          "rows and 5%% late, out-of-order rows; gen_iot.py)")
@@ -258,10 +264,12 @@ def main() -> int:
     if a.ingest_systems is None:
         a.ingest_systems = ",".join(INGEST_SYSTEMS) if a.query_data == "cpu" else ""
     ingest_systems = [s for s in a.ingest_systems.split(",") if s]
-    if ("sealion" in systems or "sealion" in ingest_systems) and not a.sealion:
+    if any(s.startswith("sealion") for s in systems + ingest_systems) and not a.sealion:
         ap.error("--sealion PATH is required")
     scale = SCALES[a.scale]
     ingest_rows = a.ingest_rows or (50_000 if a.scale == "quick" else 1_000_000)
+    if a.single_row_rows is None:
+        a.single_row_rows = 500 if a.scale == "quick" else 5_000
     clients = [int(c) for c in a.ingest_clients.split(",") if c]
 
     t_start = time.time()
@@ -271,6 +279,7 @@ def main() -> int:
                     "settings": {"runs": a.runs, "warmup": a.warmup, "noise_runs": a.noise_runs,
                                  "batch_rows": a.batch_rows, "load_clients": a.load_clients,
                                  "ingest_rows": ingest_rows, "ingest_runs": a.ingest_runs,
+                                 "single_row_rows": a.single_row_rows,
                                  "ingest_clients": clients, "seed": a.seed, "only": a.only},
                     "loadavg_start": Path("/proc/loadavg").read_text().split()[:3]}
     if not a.no_install:
@@ -332,6 +341,8 @@ def main() -> int:
             log(f"starting and loading {name}")
             if name == "sealion":
                 s = sysmod.Sealion(a.sealion, work, a.sealion_arg)
+            elif name == "sealion-cluster":
+                s = sysmod.SealionClusterQueries(a.sealion, work)
             elif name == "sealion-pg":
                 if "sealion" not in qsys:
                     result.setdefault("load_errors", {})[name] = "needs `sealion` before it in --systems"
@@ -353,7 +364,7 @@ def main() -> int:
             try:
                 running.append(s)
                 s.start()
-                if name == "sealion":
+                if name in ("sealion", "sealion-cluster"):
                     info = s.load(qdata, a.batch_rows, a.load_clients, shape)
                 elif name == "sealion-pg":
                     info = s.load()
@@ -546,30 +557,41 @@ def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, 
         except Exception as e:
             out["notes"][name] = f"not measured: {type(e).__name__}: {e}"
             log(f"ingest {name}: {out['notes'][name]}")
-    log(f"ingest: {n_rows:,} rows per run, {a.batch_rows} rows per batch, clients {clients}, "
-        f"1 warm-up + {a.ingest_runs} runs, systems {list(targets)}")
+    # Batched runs, then (unless --single-row-rows 0) the same systems given
+    # one row per request; those results are named "<system> single rows".
+    passes = [("", "", lp, csvb, n_rows)]
+    if a.single_row_rows > 0:
+        lp1 = gen.lp_batches(data / shape.lp, 1, a.single_row_rows)
+        csv1 = csv_batches(data / shape.csv, 1, a.single_row_rows)
+        out["single_row_rows"] = len(lp1)
+        passes.append((SINGLE_ROWS, "_one", lp1, csv1, len(lp1)))
     oc = OtherCpu()
     oc.start()
-    for c in clients:
-        for r in range(-1, a.ingest_runs):  # -1: warm-up
-            for name, (kind, tgt) in targets.items():
-                if name in out["notes"]:
-                    continue
-                table = f"ingest_c{c}_{'w' if r < 0 else r}"
-                try:
-                    if kind == "lp":
-                        secs = tgt.send(sysmod.rename_lp(lp, shape.measurement, table), c)
-                    else:
-                        secs = tgt.send(table, csvb, c)
-                except Exception as e:
-                    out["notes"][name] = f"failed at {c} clients: {type(e).__name__}: {str(e)[:1000]}"
-                    log(f"ingest {name}: {out['notes'][name]}")
-                    continue
-                if r >= 0:
-                    out["results"].setdefault(name, {}).setdefault(str(c), []).append(n_rows / secs)
-        log(f"  {c} clients: " + ", ".join(
-            f"{n} {sorted(v[str(c)])[len(v[str(c)]) // 2]:,.0f} rows/s" for n, v in out["results"].items()
-            if str(c) in v))
+    for suffix, tag, lpb, csvbb, nr in passes:
+        per_batch = 1 if suffix else a.batch_rows
+        log(f"ingest: {nr:,} rows per run, {per_batch} rows per batch, clients {clients}, "
+            f"1 warm-up + {a.ingest_runs} runs, systems {list(targets)}")
+        for c in clients:
+            for r in range(-1, a.ingest_runs):  # -1: warm-up
+                for name, (kind, tgt) in targets.items():
+                    if name in out["notes"]:
+                        continue
+                    table = f"ingest{tag}_c{c}_{'w' if r < 0 else r}"
+                    try:
+                        if kind == "lp":
+                            secs = tgt.send(sysmod.rename_lp(lpb, shape.measurement, table), c)
+                        else:
+                            secs = tgt.send(table, csvbb, c)
+                    except Exception as e:
+                        out["notes"][name] = (f"failed at {c} clients{suffix and ' (' + suffix.strip() + ')'}: "
+                                              f"{type(e).__name__}: {str(e)[:1000]}")
+                        log(f"ingest {name}: {out['notes'][name]}")
+                        continue
+                    if r >= 0:
+                        out["results"].setdefault(name + suffix, {}).setdefault(str(c), []).append(nr / secs)
+            log(f"  {c} clients: " + ", ".join(
+                f"{n} {sorted(v[str(c)])[len(v[str(c)]) // 2]:,.0f} rows/s" for n, v in out["results"].items()
+                if str(c) in v and n.endswith(suffix) and (suffix or not n.endswith(SINGLE_ROWS))))
     out["other_cpu"] = oc.stop()
     out["stats"] = {n: {c: stats(v) for c, v in per.items()} for n, per in out["results"].items()}
     return out

@@ -376,6 +376,7 @@ class SealionCluster:
         self.name = f"sealion-cluster-rf{rf}"
         self.dir = work / self.name
         self.proc: subprocess.Popen | None = None
+        self.env: dict | None = None
 
     def _base_port(self) -> int:
         # Meta N listens on base+N, storage node N on base+100+N.
@@ -403,7 +404,7 @@ class SealionCluster:
                     "--base-port", str(self._base_port()), "--http-port", str(self.http_port),
                     "--pg-port", str(self.pg_port)]
         self.proc = subprocess.Popen(self.cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, env=self.env)
         wait_http("127.0.0.1", self.http_port, "/health", 300, self.proc, self.log)
         # Writes need every storage node registered (placement uses them all).
         deadline = time.time() + 120
@@ -442,6 +443,42 @@ class SealionCluster:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+class SealionClusterQueries(Sealion):
+    """``sealion cluster`` (one meta, three storage and one query process on
+    loopback, replication factor 1) loaded and asked exactly as ``sealion``
+    is, over HTTP: the same queries with the partitions spread over three
+    nodes and every scan an Arrow Flight stream between processes."""
+
+    name = "sealion-cluster"
+    dialect = "sealion"
+
+    def __init__(self, binary: Path, work: Path):
+        super().__init__(binary, work)
+        self.cluster = SealionCluster(binary, work, 1)
+        self.cluster.name = self.name
+        self.cluster.dir = self.dir = work / self.name
+        # Background sealing off, as for standalone: the harness seals.
+        self.cluster.env = dict(os.environ, SEALION_SEAL_CHECK_INTERVAL_MS="0")
+
+    def start(self) -> None:
+        self.cluster.start()
+        self.cmd, self.http_port, self.pg_port = self.cluster.cmd, self.cluster.http_port, self.cluster.pg_port
+        self.conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=3600)
+
+    def disk(self) -> dict:
+        return self.cluster.disk()
+
+    def version(self) -> str:
+        return self.cluster.version()
+
+    def stop(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+        self.cluster.stop()
 
 
 class SealionPgIngest:

@@ -287,6 +287,11 @@ fn queries(hosts: usize, days: usize) -> Vec<Q> {
         "000 per-host count over all history",
         "SELECT hostname, count(*) FROM cpu GROUP BY hostname ORDER BY hostname".into(),
     );
+    same(
+        &mut out,
+        "000 newest three readings of every host",
+        "SELECT hostname, time, usage_user FROM (SELECT hostname, time, usage_user, row_number() OVER (PARTITION BY hostname ORDER BY time DESC) AS rn FROM cpu) AS t WHERE rn <= 3".into(),
+    );
     out
 }
 
