@@ -14,6 +14,11 @@ pub enum Error {
     /// too long, a type that does not match the schema).
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// A pushed aggregate would hold more groups than one storage node
+    /// keeps (`scan::MAX_GROUPS` and the state limits); the query node
+    /// aggregates the rows itself instead.
+    #[error("{0}")]
+    TooManyGroups(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
     /// A broken invariant of this crate; never caused by input bytes.

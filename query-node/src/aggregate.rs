@@ -62,12 +62,13 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use sealion_common::catalog::{column, time_column};
 use sealion_common::proto::{AggregateCall, AggregateFunction, AggregateSpec, ColumnKind, Table};
 use sealion_format::scan::{BUCKET_COLUMN, kind_of, state_column, value_type};
@@ -173,6 +174,9 @@ pub struct SealionAggregate {
     filters: Vec<Expr>,
     agg: PushedAggregate,
     bucket_limit: Option<BucketLimit>,
+    /// The aggregate this node replaced: planned and run instead when a
+    /// storage node would need more groups than it keeps.
+    original: Arc<LogicalPlan>,
     schema: DFSchemaRef,
     /// What EXPLAIN prints: `base_text` and the bucket limit, if any.
     text: String,
@@ -220,7 +224,7 @@ impl OptimizerRule for AggregatePushdown {
         let LogicalPlan::Aggregate(agg) = &plan else {
             return Ok(Transformed::no(plan));
         };
-        match pushable(agg) {
+        match pushable(agg, &plan) {
             Some(node) => Ok(Transformed::yes(LogicalPlan::Extension(Extension {
                 node: Arc::new(node),
             }))),
@@ -230,7 +234,7 @@ impl OptimizerRule for AggregatePushdown {
 }
 
 /// The pushed form of `agg`, when all of it can be pushed.
-fn pushable(agg: &Aggregate) -> Option<SealionAggregate> {
+fn pushable(agg: &Aggregate, plan: &LogicalPlan) -> Option<SealionAggregate> {
     // Projections of plain columns rename nothing: they can be looked
     // through.
     let mut input = agg.input.as_ref();
@@ -298,6 +302,7 @@ fn pushable(agg: &Aggregate) -> Option<SealionAggregate> {
         filters,
         agg: pushed,
         bucket_limit: None,
+        original: Arc::new(plan.clone()),
         schema: agg.schema.clone(),
         base_text: text.clone(),
         text,
@@ -757,6 +762,7 @@ impl ExtensionPlanner for AggregatePlanner {
             Arc::new(scan),
             node.agg.clone(),
             node.bucket_limit,
+            node.original.clone(),
             schema,
         ))))
     }
@@ -789,6 +795,8 @@ pub struct SealionAggregateExec {
     input: Arc<dyn ExecutionPlan>,
     agg: PushedAggregate,
     bucket_limit: Option<BucketLimit>,
+    original: Arc<LogicalPlan>,
+    metrics: ExecutionPlanMetricsSet,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
 }
@@ -804,6 +812,7 @@ impl SealionAggregateExec {
         input: Arc<dyn ExecutionPlan>,
         agg: PushedAggregate,
         bucket_limit: Option<BucketLimit>,
+        original: Arc<LogicalPlan>,
         schema: SchemaRef,
     ) -> Self {
         let properties = PlanProperties::new(
@@ -816,6 +825,8 @@ impl SealionAggregateExec {
             input,
             agg,
             bucket_limit,
+            original,
+            metrics: ExecutionPlanMetricsSet::new(),
             schema,
             properties: Arc::new(properties),
         }
@@ -832,7 +843,7 @@ impl DisplayAs for SealionAggregateExec {
             .collect();
         write!(
             f,
-            "SealionAggregateExec: merge partial states, finalize=[{}]",
+            "SealionAggregateExec: merge partial states, finalize=[{}] (rows aggregated here instead past a node's group limits)",
             finals.join(", ")
         )?;
         if let Some(l) = self.bucket_limit {
@@ -880,6 +891,7 @@ impl ExecutionPlan for SealionAggregateExec {
             input,
             self.agg.clone(),
             self.bucket_limit,
+            self.original.clone(),
             self.schema.clone(),
         )))
     }
@@ -894,29 +906,86 @@ impl ExecutionPlan for SealionAggregateExec {
             MemoryConsumer::new("SealionAggregateExec").register(context.memory_pool());
         let mut merger = Merger::new(self.agg.clone(), self.schema.clone(), reservation);
         let schema = self.schema.clone();
-        if let (Some(limit), Some(scan)) = (self.bucket_limit, stepped_scan(&self.input))
-            && !scan.step_ranges().is_empty()
-        {
-            let stream = futures::stream::once(async move {
-                merge_in_steps(&scan, limit, &mut merger).await?;
-                merger.finish()
-            });
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)));
-        }
-        let n = self.input.properties().partitioning.partition_count();
-        let mut inputs = Vec::with_capacity(n);
-        for i in 0..n {
-            inputs.push(self.input.execute(i, context.clone())?);
+        let fell_back = MetricBuilder::new(&self.metrics).counter("groups_over_node_limit", 0);
+        let original = self.original.clone();
+        let stepped = match self.bucket_limit {
+            Some(limit) => stepped_scan(&self.input)
+                .filter(|s| !s.step_ranges().is_empty())
+                .map(|s| (limit, s)),
+            None => None,
+        };
+        let mut inputs = Vec::new();
+        if stepped.is_none() {
+            let n = self.input.properties().partitioning.partition_count();
+            for i in 0..n {
+                inputs.push(self.input.execute(i, context.clone())?);
+            }
         }
         let stream = futures::stream::once(async move {
-            let mut all = futures::stream::select_all(inputs);
-            while let Some(batch) = all.next().await {
-                merger.add(&batch?)?;
+            let merged = async {
+                match stepped {
+                    Some((limit, scan)) => merge_in_steps(&scan, limit, &mut merger).await?,
+                    None => {
+                        let mut all = futures::stream::select_all(inputs);
+                        while let Some(batch) = all.next().await {
+                            merger.add(&batch?)?;
+                        }
+                    }
+                }
+                merger.finish()
             }
-            merger.finish()
-        });
+            .await;
+            match merged {
+                Ok(batch) => Ok(futures::stream::once(futures::future::ready(Ok(batch))).boxed()),
+                // A node would need more groups than it keeps: the rows come
+                // to this node and DataFusion aggregates them, as it would
+                // have without the pushdown.
+                Err(e) if over_group_limits(&e) => {
+                    fell_back.add(1);
+                    tracing::debug!("pushed aggregate over a node's group limits: {e}");
+                    let plan = plain_plan(&original, &context).await?;
+                    Ok(datafusion::physical_plan::execute_stream(plan, context)?.boxed())
+                }
+                Err(e) => Err(e),
+            }
+        })
+        .try_flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// Whether `e` is a storage node refusing a pushed aggregate for its group
+/// limits (`ResourceExhausted`).
+fn over_group_limits(e: &DataFusionError) -> bool {
+    match e {
+        DataFusionError::External(inner) => matches!(
+            inner.downcast_ref::<arrow_flight::error::FlightError>(),
+            Some(arrow_flight::error::FlightError::Tonic(s))
+                if s.code() == tonic::Code::ResourceExhausted
+        ),
+        DataFusionError::Context(_, inner) => over_group_limits(inner),
+        DataFusionError::Shared(inner) => over_group_limits(inner),
+        _ => false,
+    }
+}
+
+/// The physical plan of the aggregate a pushed one replaced (its tables
+/// are resolved already, so no catalog is needed), under the query's own
+/// configuration and memory pool.
+async fn plain_plan(
+    original: &LogicalPlan,
+    context: &TaskContext,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let state = datafusion::execution::SessionStateBuilder::new()
+        .with_config(context.session_config().clone())
+        .with_runtime_env(context.runtime_env())
+        .with_default_features()
+        .build();
+    state.create_physical_plan(original).await
 }
 
 /// The scan under `plan` when it is a [`SealionScanExec`] planned in

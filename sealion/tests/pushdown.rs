@@ -737,6 +737,34 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
         metric(&plan, "rows_shipped") <= 3 * HOSTS as u64 * read,
         "{plan}"
     );
+    // Over a node's group limits (65,536 sketches: 20 sketches for each
+    // host's minutes), the query node aggregates the rows itself and
+    // answers as DataFusion does (over the same rows in another order: to
+    // the last bits).
+    let qs: Vec<String> = (1..=20)
+        .map(|i| {
+            format!(
+                "approx_percentile_cont({}) WITHIN GROUP (ORDER BY usage)",
+                i as f64 / 21.0
+            )
+        })
+        .collect();
+    let q = format!(
+        "SELECT host, date_bin(INTERVAL '1 minute', time) AS m, {} FROM cpu GROUP BY host, m",
+        qs.join(", ")
+    );
+    let got = sorted(s.http.rows("public", &q).await, 2);
+    let want = sorted(model_rows(&ctx, &q).await, 2);
+    assert!(got.len() * 20 > 65_536, "{} groups", got.len());
+    assert_eq!(got.len(), want.len());
+    let same = |a: &[Value], b: &[Value]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| agree(x, y, Tol::Exact))
+    };
+    if let Some(i) = (0..got.len()).find(|&i| !same(&got[i], &want[i])) {
+        panic!("{q}\nrow {i}: got {:?}\nwant {:?}", got[i], want[i]);
+    }
+    let plan = explain_with(&s.http, "EXPLAIN ANALYZE", &q).await;
+    assert_eq!(metric(&plan, "groups_over_node_limit"), 1, "{plan}");
     // A pushed aggregate ships one state per group, whatever the rows.
     let q = "SELECT host, count(*), max(usage) FROM cpu GROUP BY host";
     let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;

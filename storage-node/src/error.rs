@@ -10,6 +10,9 @@ pub enum Error {
     Corrupt { partition_id: u64, reason: String },
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// A pushed aggregate over the node's group limits.
+    #[error("{0}")]
+    TooManyGroups(String),
     #[error("partition {partition_id} is not held by storage node {node_id}")]
     NotHeld { partition_id: u64, node_id: u64 },
     #[error("storage node {node_id} is not the primary of partition {partition_id}")]
@@ -54,6 +57,7 @@ impl From<sealion_format::Error> for Error {
                 reason,
             },
             F::Invalid(m) => Error::Invalid(m),
+            F::TooManyGroups(m) => Error::TooManyGroups(m),
             F::Io(e) => Error::Io(e),
             F::Internal(m) => Error::Internal(m),
         }
@@ -74,6 +78,7 @@ impl From<Error> for tonic::Status {
         let message = e.to_string();
         match e {
             Error::Invalid(_) | Error::Arrow(_) => tonic::Status::invalid_argument(message),
+            Error::TooManyGroups(_) => tonic::Status::resource_exhausted(message),
             Error::NotHeld { .. } | Error::NotPrimary { .. } => {
                 tonic::Status::failed_precondition(message)
             }

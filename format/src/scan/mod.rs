@@ -803,7 +803,7 @@ impl<'a> Output<'a> {
             || (keys.len() + 1) * plan.calls.len() > MAX_GROUP_STATES
             || (keys.len() + 1) * sketches > MAX_SKETCH_STATES
         {
-            return Err(Error::Invalid(format!(
+            return Err(Error::TooManyGroups(format!(
                 "the aggregate needs more than {} groups on one storage node (limits: {MAX_GROUPS} groups, {MAX_GROUP_STATES} states, {MAX_SKETCH_STATES} sketches); narrow the time range, widen the time bucket or group by fewer tags",
                 keys.len()
             )));
