@@ -870,8 +870,9 @@ impl SealedFile {
             pending.push(s);
         }
         // Series the directory could not answer: their row groups newest
-        // first, each group decoded once for all of its pending series; a
-        // series is settled by the newest groups that hold `rows` matches.
+        // first, each group's matching ranges found once for all of its
+        // pending series; a series is settled once the newest groups gave it
+        // `rows` matches.
         let mut by_group: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
         for &s in &pending {
             let info = &self.series[s];
@@ -885,10 +886,15 @@ impl SealedFile {
                 by_group.entry(g).or_default().push(s);
             }
         }
-        let mut settled = vec![false; self.series.len()];
-        // Matching rows of each series found in this file so far: a series
-        // is settled once the newest groups gave it `rows` of them.
-        let mut matched: std::collections::HashMap<Vec<u8>, usize> = Default::default();
+        // How many matching rows each pending series still lacks; only the
+        // pages of the newest such rows of each group are decoded.
+        let mut need = vec![0usize; self.series.len()];
+        for &s in &pending {
+            need[s] = rows;
+        }
+        let fields: Vec<usize> = (0..self.specs.len())
+            .filter(|&c| self.specs[c].role == ChunkRole::Field)
+            .collect();
         for (&g, series) in by_group.iter().rev() {
             if out.done() {
                 break;
@@ -897,25 +903,43 @@ impl SealedFile {
             if group.max_time_ns < q.start_ns || group.min_time_ns >= q.end_ns {
                 continue;
             }
-            let wanted: std::collections::HashSet<&[u8]> = series
-                .iter()
-                .filter(|&&s| !settled[s])
-                .map(|&s| self.series[s].key.as_slice())
-                .collect();
-            if wanted.is_empty() {
+            if series.iter().all(|&s| need[s] == 0) {
                 continue;
             }
+            let Some((ranges, mut dec)) = self.matching(out, g, ctxs)? else {
+                continue;
+            };
             touched.insert(g);
-            let found = self.rows_of_groups(vec![g]).filter(|r| {
-                r.as_ref()
-                    .map_or(true, |r| wanted.contains(r.series.as_slice()))
-            });
-            crate::scan::scan_rows_with(out, self.partition_id, found, &mut |key: &[u8]| {
-                *matched.entry(key.to_vec()).or_default() += 1;
-            })?;
-            for &s in series {
-                if matched.get(&self.series[s].key).is_some_and(|&n| n >= rows) {
-                    settled[s] = true;
+            // A range's rows pass every filter and ascend in time: each
+            // series takes what it lacks from the end of its last ranges.
+            let mut picked: Ranges = Vec::new();
+            for &(a, b, s) in ranges.iter().rev() {
+                let take = need[s].min(b - a);
+                if take > 0 {
+                    picked.push((b - take, b, s));
+                    need[s] -= take;
+                }
+            }
+            if picked.is_empty() {
+                continue;
+            }
+            picked.reverse();
+            self.ensure(g, self.time_chunk, &picked, &mut dec)?;
+            for &c in &fields {
+                self.ensure(g, c, &picked, &mut dec)?;
+            }
+            for &(a, b, s) in &picked {
+                for row in a..b {
+                    let t = self.time_at(g, &dec, row)?;
+                    let value = self.row_value(g, &dec, &fields, row)?;
+                    out.push_row(
+                        self.partition_id,
+                        &self.series[s].key,
+                        &ctxs[s],
+                        t,
+                        &value,
+                        None,
+                    )?;
                 }
             }
         }
