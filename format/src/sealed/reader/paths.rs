@@ -924,22 +924,11 @@ impl SealedFile {
                 continue;
             }
             picked.reverse();
-            self.ensure(g, self.time_chunk, &picked, &mut dec)?;
-            for &c in &fields {
-                self.ensure(g, c, &picked, &mut dec)?;
-            }
+            self.ensure_rows(g, &fields, &picked, &mut dec)?;
             for &(a, b, s) in &picked {
                 for row in a..b {
                     let t = self.time_at(g, &dec, row)?;
-                    let value = self.row_value(g, &dec, &fields, row)?;
-                    out.push_row(
-                        self.partition_id,
-                        &self.series[s].key,
-                        &ctxs[s],
-                        t,
-                        &value,
-                        None,
-                    )?;
+                    self.push_decoded(out, ctxs, (g, &dec, &fields), (s, row, t))?;
                 }
             }
         }
@@ -989,10 +978,7 @@ impl SealedFile {
                     }
                 })
                 .collect();
-            self.ensure(g, self.time_chunk, &picked, &mut dec)?;
-            for &c in &fields {
-                self.ensure(g, c, &picked, &mut dec)?;
-            }
+            self.ensure_rows(g, &fields, &picked, &mut dec)?;
             for &(a, b, s) in &picked {
                 let rows: Box<dyn Iterator<Item = usize>> = if desc {
                     Box::new((a..b).rev())
@@ -1007,19 +993,47 @@ impl SealedFile {
                         // Later rows of this range are further still.
                         break;
                     }
-                    let value = self.row_value(g, &dec, &fields, row)?;
-                    out.push_row(
-                        self.partition_id,
-                        &self.series[s].key,
-                        &ctxs[s],
-                        t,
-                        &value,
-                        None,
-                    )?;
+                    self.push_decoded(out, ctxs, (g, &dec, &fields), (s, row, t))?;
                 }
             }
         }
         Ok(touched)
+    }
+
+    /// Decodes the time pages and the field pages `fields` of group `g`
+    /// that hold the rows of `picked`.
+    fn ensure_rows(
+        &self,
+        g: usize,
+        fields: &[usize],
+        picked: &Ranges,
+        dec: &mut Decoded,
+    ) -> Result<()> {
+        self.ensure(g, self.time_chunk, picked, dec)?;
+        for &c in fields {
+            self.ensure(g, c, picked, dec)?;
+        }
+        Ok(())
+    }
+
+    /// Hands `out` row `row` of series `s` at time `t`, its value built
+    /// from the decoded pages of group `g`'s field chunks `fields`.
+    fn push_decoded(
+        &self,
+        out: &mut Output<'_>,
+        ctxs: &[SeriesCtx],
+        (g, dec, fields): (usize, &Decoded, &[usize]),
+        (s, row, t): (usize, usize, i64),
+    ) -> Result<()> {
+        let value = self.row_value(g, dec, fields, row)?;
+        out.push_row(
+            self.partition_id,
+            &self.series[s].key,
+            &ctxs[s],
+            t,
+            &value,
+            None,
+        )
     }
 
     /// Group-local `row` in the row format's value encoding, from the
