@@ -18,9 +18,7 @@ from pathlib import Path
 # Single-row ingest results are named after the system plus this (run.py).
 SINGLE_ROWS = " single rows"
 ORDER = ["sealion", "sealion-pg", "sealion-cluster", "postgres-plain", "postgres-part", "duckdb", "chdb", "datafusion"]
-INGEST_# Single-row ingest results are named after the system plus this (run.py).
-SINGLE_ROWS = " single rows"
-ORDER = ["sealion", "sealion-pg", "sealion-cluster-rf1", "sealion-cluster-rf3", "postgres", "victoriametrics",
+INGEST_ORDER = ["sealion", "sealion-pg", "sealion-cluster-rf1", "sealion-cluster-rf3", "postgres", "victoriametrics",
                 "influxdb"]
 
 
