@@ -556,16 +556,23 @@ async fn sealing_on_demand_keeps_answers_and_late_rows_win_until_a_reseal() {
         )
         .await
     };
+    // A tag filter may say "maybe" for a value it does not hold (about 0.4%
+    // of lookups for 8-bit fingerprints), so ten absent hosts are asked and
+    // at most two of the thirty partition lookups may come out "maybe".
     let before = pruned().await;
-    let rows = s
-        .http
-        .rows(
-            "public",
-            "SELECT count(*) FROM cpu WHERE host = 'host_nope'",
-        )
-        .await;
-    assert_eq!(rows[0][0], 0);
-    assert_eq!(pruned().await - before, 3.0);
+    for k in 0..10 {
+        let rows = s
+            .http
+            .rows(
+                "public",
+                &format!("SELECT count(*) FROM cpu WHERE host = 'host_nope_{k}'"),
+            )
+            .await;
+        assert_eq!(rows[0][0], 0);
+    }
+    let skipped = pruned().await - before;
+    assert!((28.0..=30.0).contains(&skipped), "{skipped} of 30 pruned");
+    let before = pruned().await;
     let rows = s
         .http
         .rows(
@@ -574,7 +581,7 @@ async fn sealing_on_demand_keeps_answers_and_late_rows_win_until_a_reseal() {
         )
         .await;
     assert_eq!(rows[0][0], 3 * 288);
-    assert_eq!(pruned().await - before, 3.0, "host_3 is in every partition");
+    assert_eq!(pruned().await - before, 0.0, "host_3 is in every partition");
 
     // EXPLAIN shows the pruning; EXPLAIN ANALYZE what the node read.
     let plan = |q: &'static str| {
