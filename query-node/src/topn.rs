@@ -306,13 +306,7 @@ fn newest_rows_kept(
     {
         return None;
     }
-    let tag = |e: &Expr| match e {
-        Expr::Column(c) => table
-            .columns
-            .iter()
-            .any(|col| col.name == c.name && col.kind() == sealion_common::proto::ColumnKind::Tag),
-        _ => false,
-    };
+    let tag = |e: &Expr| is_tag_column(&table, e);
     if !params.partition_by.iter().all(tag) {
         return None;
     }
@@ -379,13 +373,7 @@ fn newest_row_aggregate(agg: &datafusion::logical_expr::Aggregate) -> bool {
     let Some(time) = time_column(&scan_table).map(|c| c.name.clone()) else {
         return false;
     };
-    let tag = |e: &Expr| match e {
-        Expr::Column(c) => scan_table
-            .columns
-            .iter()
-            .any(|col| col.name == c.name && col.kind() == sealion_common::proto::ColumnKind::Tag),
-        _ => false,
-    };
+    let tag = |e: &Expr| is_tag_column(&scan_table, e);
     if agg.group_expr.is_empty() || !agg.group_expr.iter().all(tag) {
         return false;
     }
@@ -420,6 +408,13 @@ fn newest_row_aggregate(agg: &datafusion::logical_expr::Aggregate) -> bool {
                 && params.args.len() == 1
                 && matches!(params.args[0], Expr::Column(_))
         })
+}
+
+/// Whether `e` is a tag column of `table`.
+fn is_tag_column(table: &sealion_common::proto::Table, e: &Expr) -> bool {
+    matches!(e, Expr::Column(c) if table.columns.iter().any(|col| {
+        col.name == c.name && col.kind() == sealion_common::proto::ColumnKind::Tag
+    }))
 }
 
 /// The Sealion table under projections and a filter, if that is what
