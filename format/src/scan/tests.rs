@@ -267,7 +267,9 @@ fn agg_kind() -> impl Strategy<Value = (AggregateKind, &'static str)> {
 fn want() -> impl Strategy<Value = Want> {
     prop_oneof![
         prop_oneof![Just(0u64), 1..40u64].prop_map(|limit| Want::Rows { limit }),
-        (any::<bool>(), 1..30u64).prop_map(|(desc, limit)| Want::Ordered { desc, limit }),
+        // LIMIT 1 newest-first has a path of its own (the directory).
+        (any::<bool>(), prop_oneof![Just(1u64), 1..30u64])
+            .prop_map(|(desc, limit)| Want::Ordered { desc, limit }),
         (0..4u64).prop_map(|rows| Want::Last { rows }),
         (
             prop_oneof![Just(0i64), 1..60i64],
@@ -1091,6 +1093,60 @@ fn newest_first_decodes_only_the_pages_of_the_newest_rows() {
             m.pages_decoded <= 3 * pages_per_column,
             "desc={desc} limit={limit}: {m:?}"
         );
+    }
+}
+
+/// Newest-first LIMIT 1: a series whose directory last row lies in the time
+/// range and passes the field filter is answered from the directory; the
+/// others are looked for in their row groups, with the same answer.
+#[test]
+fn newest_row_comes_from_the_directory_when_it_can() {
+    let rows = fleet();
+    let model = model_rows(&rows);
+    let dir = tempfile::tempdir().unwrap();
+    let file = seal(dir.path(), &rows, 2000, 20);
+    let host = || vec![TagP::Eq("host", "host_13".into())];
+    // (tags, field filter, end, desc, expect the directory to answer)
+    let cases = [
+        (host(), None, i64::MAX, true, true),
+        (vec![], None, i64::MAX, true, true),
+        // host_13's last row has count 199: the filter rejects it.
+        (
+            host(),
+            Some(FieldP::Count(CompareOp::CmpLt, 150)),
+            i64::MAX,
+            true,
+            false,
+        ),
+        (
+            host(),
+            Some(FieldP::Count(CompareOp::CmpGt, 150)),
+            i64::MAX,
+            true,
+            true,
+        ),
+        // The last rows lie past the end of the range.
+        (host(), None, 1000, true, false),
+        (host(), None, i64::MAX, false, false),
+    ];
+    for (tags, field, end, desc, from_directory) in cases {
+        let r = Req {
+            start: i64::MIN,
+            end,
+            tags,
+            field,
+            columns: vec![true; 5],
+            want: Want::Ordered { desc, limit: 1 },
+        };
+        let (sealed, m) = run_sealed(&to_proto(&r), &file);
+        assert_eq!(answer_of(&r, &sealed), model_answer(&r, &model), "{r:?}");
+        if from_directory {
+            assert_eq!(m.pages_decoded, 0, "{r:?}: {m:?}");
+            assert!(m.last_points_from_directory >= 1, "{r:?}: {m:?}");
+        } else {
+            assert_eq!(m.last_points_from_directory, 0, "{r:?}: {m:?}");
+            assert!(m.pages_decoded > 0, "{r:?}: {m:?}");
+        }
     }
 }
 

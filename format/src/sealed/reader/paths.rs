@@ -935,9 +935,69 @@ impl SealedFile {
         Ok(touched.len() as u64)
     }
 
+    /// For a newest-first LIMIT 1: hands `out` the directory's last row of
+    /// every passing series that it settles (in the time range, kept by the
+    /// field filter) and returns `ctxs` with those series ruled out, so that
+    /// only the others are looked for in the row groups.
+    fn ordered_from_directory(
+        &self,
+        out: &mut Output<'_>,
+        ctxs: &[SeriesCtx],
+    ) -> Result<Vec<SeriesCtx>> {
+        let q = out.query;
+        let mut rest = ctxs.to_vec();
+        for (s, info) in self.series.iter().enumerate() {
+            if !ctxs[s].passes || info.rows == 0 {
+                continue;
+            }
+            if info.last_time_ns < q.start_ns || info.last_time_ns >= q.end_ns {
+                continue;
+            }
+            if let Some((_, cut)) = out.ordered_cutoff()
+                && info.last_time_ns < cut
+            {
+                // Cannot beat the row kept; no older row of it can either.
+                rest[s] = SeriesCtx::ruled_out();
+                continue;
+            }
+            if let Some(f) = &q.filter {
+                let fields = decode_fields(&info.last_value).ok_or_else(|| Error::Corrupt {
+                    partition_id: self.partition_id,
+                    reason: format!("bad last row in the directory of {}", self.path.display()),
+                })?;
+                if !f.keeps(&crate::scan::filter_values(f, &fields)) {
+                    continue;
+                }
+            }
+            Metrics::add(&out.metrics.last_points_from_directory, 1);
+            Metrics::add(&out.metrics.rows_scanned, 1);
+            out.push_row(
+                self.partition_id,
+                &info.key,
+                &ctxs[s],
+                info.last_time_ns,
+                &info.last_value,
+                None,
+            )?;
+            rest[s] = SeriesCtx::ruled_out();
+        }
+        Ok(rest)
+    }
+
     /// Time-ordered mode.
     fn run_ordered(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx], desc: bool) -> Result<u64> {
         let q = out.query;
+        // The newest row of the file is the newest of its series' newest
+        // rows: a series whose last row (in the directory) lies in the time
+        // range and passes the field filter offers that row and nothing else
+        // to a newest-first LIMIT 1. Only the other series are scanned.
+        let answered;
+        let ctxs = if desc && q.limit == 1 {
+            answered = self.ordered_from_directory(out, ctxs)?;
+            &answered[..]
+        } else {
+            ctxs
+        };
         let mut order: Vec<usize> = (0..self.groups.len()).collect();
         if desc {
             order.sort_by_key(|&g| std::cmp::Reverse(self.groups[g].max_time_ns));
