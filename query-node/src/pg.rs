@@ -14,7 +14,7 @@ use datafusion::common::ParamValues;
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
-use datafusion_postgres::arrow_pg::datatypes::df::encode_dataframe;
+use datafusion_postgres::arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::hooks::cursor::CursorStatementHook;
 use datafusion_postgres::hooks::set_show::SetShowHook;
@@ -24,14 +24,16 @@ use datafusion_postgres::pgwire::api::auth::noop::NoopStartupHandler;
 use datafusion_postgres::pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
 use datafusion_postgres::pgwire::api::portal::Format;
 use datafusion_postgres::pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use datafusion_postgres::pgwire::api::results::{Response, Tag};
+use datafusion_postgres::pgwire::api::results::{QueryResponse, Response, Tag};
 use datafusion_postgres::pgwire::api::{ClientInfo, ConnectionManager, PgWireServerHandlers};
 use datafusion_postgres::pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use datafusion_postgres::pgwire::messages::data::DataRow;
 use datafusion_postgres::pgwire::types::format::FormatOptions;
 use datafusion_postgres::{DfSessionService, QueryHook};
+use futures::StreamExt;
 
 use crate::Error;
-use crate::sql::{Handling, Output, SqlEngine, handling};
+use crate::sql::{Handling, Output, Rows, SqlEngine, handling};
 
 fn pg_error(e: Error) -> PgWireError {
     PgWireError::UserError(Box::new(ErrorInfo::new(
@@ -88,6 +90,29 @@ fn affected(tag: &str, rows: u64) -> Response {
     Response::Execution(t)
 }
 
+/// Rows in the PostgreSQL text format, streamed as they are computed; an
+/// error before the first row keeps its SQLSTATE.
+async fn encode_rows(rows: Rows, options: Arc<FormatOptions>) -> PgWireResult<QueryResponse> {
+    let fields = Arc::new(arrow_schema_to_pg_fields(
+        &rows.schema(),
+        &Format::UnifiedText,
+        Some(options),
+    )?);
+    let batches = rows.execute_stream().await.map_err(pg_error)?;
+    let row_fields = fields.clone();
+    let data = batches
+        .map(
+            move |batch| -> Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync> {
+                match batch {
+                    Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
+                    Err(e) => Box::new(std::iter::once(Err(PgWireError::ApiError(e.into())))),
+                }
+            },
+        )
+        .flat_map(futures::stream::iter);
+    Ok(QueryResponse::new(fields, data))
+}
+
 #[async_trait]
 impl QueryHook for SealionHook {
     async fn handle_simple_query(
@@ -101,11 +126,9 @@ impl QueryHook for SealionHook {
         }
         let db = database_of(&*client);
         let result = match self.sql.execute(&db, statement).await {
-            Ok(Output::Rows(df)) => {
+            Ok(Output::Rows(rows)) => {
                 let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-                encode_dataframe(df, &Format::UnifiedText, Some(options))
-                    .await
-                    .map(Response::Query)
+                encode_rows(rows, options).await.map(Response::Query)
             }
             Ok(Output::Affected { tag, rows }) => Ok(affected(&tag, rows)),
             Err(e) => Err(pg_error(e)),
@@ -160,11 +183,9 @@ impl QueryHook for SealionHook {
         }
         Some(match self.sql.execute(&db, statement).await {
             Ok(Output::Affected { tag, rows }) => Ok(affected(&tag, rows)),
-            Ok(Output::Rows(df)) => {
+            Ok(Output::Rows(rows)) => {
                 let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-                encode_dataframe(df, &Format::UnifiedText, Some(options))
-                    .await
-                    .map(Response::Query)
+                encode_rows(rows, options).await.map(Response::Query)
             }
             Err(e) => Err(pg_error(e)),
         })

@@ -8,15 +8,17 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, StringArray};
-use arrow::datatypes::{DataType as ArrowType, Field, Schema};
+use arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionState;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
+use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
@@ -42,9 +44,55 @@ pub const MAX_SQL_BYTES: usize = 1 << 20;
 
 pub enum Output {
     /// Rows to stream back.
-    Rows(DataFrame),
+    Rows(Rows),
     /// A statement that changed something: the command tag and row count.
     Affected { tag: String, rows: u64 },
+}
+
+/// The rows of a statement, not yet run.
+pub enum Rows {
+    /// A plan in a session state of the query's own (a copy of the shared
+    /// one), run with a task context that carries the query's memory pool.
+    /// The shared state is not rebuilt per query (`SessionStateBuilder`
+    /// would register every function again).
+    Planned {
+        state: Box<SessionState>,
+        plan: LogicalPlan,
+        runtime: Arc<RuntimeEnv>,
+    },
+    /// What DataFusion's own context runs (DDL and session statements) and
+    /// fixed rows.
+    Frame(DataFrame),
+}
+
+impl Rows {
+    pub fn schema(&self) -> SchemaRef {
+        match self {
+            Rows::Planned { plan, .. } => Arc::new(plan.schema().as_arrow().clone()),
+            Rows::Frame(df) => Arc::new(df.schema().as_arrow().clone()),
+        }
+    }
+
+    /// Plans the rows physically and starts them.
+    pub async fn execute_stream(self) -> Result<SendableRecordBatchStream> {
+        match self {
+            Rows::Planned {
+                state,
+                plan,
+                runtime,
+            } => {
+                let physical = state.create_physical_plan(&plan).await?;
+                let task = TaskContext::from(state.as_ref()).with_runtime(runtime);
+                Ok(execute_stream(physical, Arc::new(task))?)
+            }
+            Rows::Frame(df) => Ok(df.execute_stream().await?),
+        }
+    }
+
+    pub async fn collect(self) -> Result<Vec<RecordBatch>> {
+        let stream = self.execute_stream().await?;
+        Ok(datafusion::physical_plan::common::collect(stream).await?)
+    }
 }
 
 pub struct SqlEngine {
@@ -381,33 +429,35 @@ impl SqlEngine {
         }))
     }
 
-    /// A session state whose unqualified table names resolve in `db`, with
-    /// a memory pool of its own: one query cannot take another's memory,
-    /// and one over its limit fails alone.
+    /// A session state whose unqualified table names resolve in `db` (a
+    /// copy of the shared state; `now()` is fixed at this call).
     pub fn state_for(&self, db: &str) -> SessionState {
         let mut state = self.ctx.state();
         state.config_mut().options_mut().catalog.default_schema = db.to_string();
+        state
+    }
+
+    /// The runtime one query runs in: a memory pool of its own, so that one
+    /// query cannot take another's memory and one over its limit fails
+    /// alone.
+    fn runtime_for(&self, state: &SessionState) -> Arc<RuntimeEnv> {
+        let shared = state.runtime_env().clone();
         if self.memory_limit == 0 {
-            return state;
+            return shared;
         }
         let limit = usize::try_from(self.memory_limit).unwrap_or(usize::MAX);
         let pool = TrackConsumersPool::new(
             GreedyMemoryPool::new(limit),
             std::num::NonZeroUsize::new(3).expect("3 is not zero"),
         );
-        let runtime = RuntimeEnvBuilder::from_runtime_env(state.runtime_env())
+        RuntimeEnvBuilder::from_runtime_env(&shared)
             .with_memory_pool(Arc::new(pool))
-            .build_arc();
-        match runtime {
-            Ok(runtime) => SessionStateBuilder::new_from_existing(state)
-                .with_runtime_env(runtime)
-                .build(),
-            // Keeping the shared runtime is safe; it only loses the limit.
-            Err(e) => {
+            .build_arc()
+            .unwrap_or_else(|e| {
+                // Keeping the shared runtime is safe; it only loses the limit.
                 tracing::warn!("query memory pool: {e}");
-                state
-            }
-        }
+                shared
+            })
     }
 
     /// Plans a statement that DataFusion runs.
@@ -443,15 +493,26 @@ impl SqlEngine {
             }
         }
         let (state, plan) = self.plan(db, stmt).await?;
-        let ctx = SessionContext::new_with_state(state);
-        let df = ctx.execute_logical_plan(plan).await?;
+        let rows = if matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
+            // DataFusion's context runs these itself (on a copy of the
+            // state: they change nothing shared).
+            let ctx = SessionContext::new_with_state(state);
+            Rows::Frame(ctx.execute_logical_plan(plan).await?)
+        } else {
+            let runtime = self.runtime_for(&state);
+            Rows::Planned {
+                state: Box::new(state),
+                plan,
+                runtime,
+            }
+        };
         if matches!(stmt, Statement::Insert(_) | Statement::Delete(_)) {
             let tag = if matches!(stmt, Statement::Insert(_)) {
                 "INSERT"
             } else {
                 "DELETE"
             };
-            let batches = df.collect().await?;
+            let batches = rows.collect().await?;
             let rows = batches
                 .first()
                 .and_then(|b| b.column_by_name("count"))
@@ -462,7 +523,7 @@ impl SqlEngine {
                 rows,
             });
         }
-        Ok(Output::Rows(df))
+        Ok(Output::Rows(rows))
     }
 
     fn rows(&self, fields: Vec<(&str, Vec<String>)>) -> Result<Output> {
@@ -477,7 +538,7 @@ impl SqlEngine {
             .map(|(_, v)| Arc::new(StringArray::from(v)) as ArrayRef)
             .collect();
         let batch = RecordBatch::try_new(schema, arrays)?;
-        Ok(Output::Rows(self.ctx.read_batch(batch)?))
+        Ok(Output::Rows(Rows::Frame(self.ctx.read_batch(batch)?)))
     }
 
     async fn execute_catalog(&self, db: &str, stmt: &Statement) -> Result<Output> {
