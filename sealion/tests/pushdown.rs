@@ -401,6 +401,19 @@ const TIME_ORDERED: &[(&str, bool)] = &[
         "SELECT time, host, region FROM cpu WHERE host = 'h2' AND time < '2024-01-03T12:00:00Z' ORDER BY time DESC LIMIT 700",
         true,
     ),
+    // LIMIT 1 newest first: from the directories where they can answer.
+    (
+        "SELECT time, host, usage, n FROM cpu WHERE host = 'h3' ORDER BY time DESC LIMIT 1",
+        true,
+    ),
+    (
+        "SELECT time, host, usage FROM cpu WHERE usage < 50 ORDER BY time DESC LIMIT 1",
+        true,
+    ),
+    (
+        "SELECT * FROM cpu WHERE host IN ('h1', 'h4') AND time < '2024-01-02T06:00:00Z' ORDER BY time DESC LIMIT 1",
+        true,
+    ),
     (
         "SELECT time, n FROM cpu WHERE n * 2 > 10 ORDER BY time DESC LIMIT 4",
         false,
@@ -727,6 +740,12 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     // bytes each), not the capacity the node's builders reserved.
     let bytes = metric(&plan, "bytes_shipped");
     assert!(bytes > 0 && bytes <= 100 * HOSTS as u64, "{plan}");
+    // One host's newest row: from the directory of the newest partition
+    // that holds the host, no page decoded.
+    let q = "SELECT * FROM cpu WHERE host = 'h3' ORDER BY time DESC LIMIT 1";
+    let plan = explain_with(&s.http, "EXPLAIN ANALYZE", q).await;
+    assert_eq!(metric(&plan, "pages_decoded"), 0, "{plan}");
+    assert_eq!(metric(&plan, "rows_shipped"), 1, "{plan}");
     // The newest three rows of each host: at most three per series from
     // each partition read.
     let q = "SELECT host, time, usage FROM cpu WHERE time < '2024-01-04T00:00:00Z' QUALIFY row_number() OVER (PARTITION BY host ORDER BY time DESC) <= 3";
