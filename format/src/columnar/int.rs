@@ -247,21 +247,56 @@ fn radix_decode(r: &mut ByteReader<'_>, k: usize, out: &mut Vec<u64>) -> Result<
     let min = r.u64()?;
     let range = u64::from(r.u16()?);
     let (radix, per_word) = radix_of(range).ok_or_else(|| corrupt("radix out of range"))?;
-    let words = r.take(4 * k.div_ceil(per_word))?;
+    let nwords = k.div_ceil(per_word);
+    let words = r.take(4 * nwords)?;
+    let word_at = |i: usize| {
+        let b = &words[4 * i..4 * i + 4];
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    };
     let divisor = strength_reduce::StrengthReducedU32::new(radix);
-    let mut left = k;
-    for word in words.chunks_exact(4) {
-        let mut w = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
-        let digits = left.min(per_word);
-        for _ in 0..digits {
+    let start = out.len();
+    out.resize(start + k, 0);
+    let dst = &mut out[start..];
+    // Digits left in a word once its values are out: not a radix block.
+    let mut extra = 0u32;
+    // Each word's digits come one division after another; four words at a
+    // time keep four such chains in flight instead of waiting on one.
+    const LANES: usize = 4;
+    let full = k / per_word;
+    let mut wi = 0;
+    while wi + LANES <= full {
+        let mut w = [
+            word_at(wi),
+            word_at(wi + 1),
+            word_at(wi + 2),
+            word_at(wi + 3),
+        ];
+        let block = &mut dst[wi * per_word..(wi + LANES) * per_word];
+        for j in 0..per_word {
+            for (l, wl) in w.iter_mut().enumerate() {
+                let (q, d) = strength_reduce::StrengthReducedU32::div_rem(*wl, divisor);
+                block[l * per_word + j] = min.wrapping_add(u64::from(d));
+                *wl = q;
+            }
+        }
+        extra |= w[0] | w[1] | w[2] | w[3];
+        wi += LANES;
+    }
+    // The rest a word at a time; the last may hold fewer digits.
+    while wi < nwords {
+        let mut w = word_at(wi);
+        let first = wi * per_word;
+        for slot in &mut dst[first..(first + per_word).min(k)] {
             let (q, d) = strength_reduce::StrengthReducedU32::div_rem(w, divisor);
-            out.push(min.wrapping_add(u64::from(d)));
+            *slot = min.wrapping_add(u64::from(d));
             w = q;
         }
-        if w != 0 {
-            return Err(corrupt("radix word holds more digits than its values"));
-        }
-        left -= digits;
+        extra |= w;
+        wi += 1;
+    }
+    if extra != 0 {
+        out.truncate(start);
+        return Err(corrupt("radix word holds more digits than its values"));
     }
     Ok(())
 }
@@ -384,10 +419,12 @@ pub(crate) fn decode(enc: Encoding, r: &mut ByteReader<'_>, n: usize) -> Result<
         Encoding::RadixFrame => radix_decode(r, n, &mut out)?,
         Encoding::RadixDelta => {
             if n > 0 {
-                let first = r.u64()?;
-                let mut deltas = Vec::with_capacity(n - 1);
-                radix_decode(r, n - 1, &mut deltas)?;
-                undelta(first, deltas, &mut out);
+                // The deltas' keys decoded in place, then summed up.
+                out.push(r.u64()?);
+                radix_decode(r, n - 1, &mut out)?;
+                for i in 1..out.len() {
+                    out[i] = out[i - 1].wrapping_add(from_signed_key(out[i]) as u64);
+                }
             }
         }
         Encoding::DeltaOfDelta => {
@@ -584,7 +621,19 @@ mod tests {
             assert_eq!(u64::from(radix), range + 1);
             assert!(u64::from(radix).pow(per_word as u32) <= 1 << 32);
             assert!(u128::from(radix).pow(per_word as u32 + 1) > 1 << 32);
-            for n in [1, per_word - 1, per_word, per_word + 1, 3 * per_word, 1024] {
+            // Counts around the four-word blocks the decoder takes at once.
+            for n in [
+                1,
+                per_word - 1,
+                per_word,
+                per_word + 1,
+                3 * per_word,
+                4 * per_word - 1,
+                4 * per_word,
+                4 * per_word + 1,
+                8 * per_word + 3,
+                1024,
+            ] {
                 let base = u64::MAX - range;
                 let values: Vec<u64> = (0..n as u64)
                     .map(|i| base + (i * 7919 % (range + 1)))
