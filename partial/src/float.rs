@@ -38,6 +38,46 @@ impl FloatSum {
         }
     }
 
+    /// Adds each of `values` in turn: the same bits as [`FloatSum::add`]
+    /// value by value. When every value and the sum so far are integers
+    /// well inside the range where `f64` is exact, every partial sum is
+    /// exact and no step compensates, so the run is summed as integers and
+    /// added once (TSBS-like readings are such values).
+    pub(crate) fn add_all(&mut self, values: &[f64]) {
+        match self.exact_integer_sum(values) {
+            Some(total) => self.add_parts(total, 0.0),
+            None => values.iter().for_each(|&x| self.add(x)),
+        }
+    }
+
+    /// The exact sum of `values` when the conditions of
+    /// [`FloatSum::add_all`] hold: at most 2^20 values each an integer of
+    /// magnitude at most 2^32, and a sum so far that is an integer of
+    /// magnitude at most 2^52 (not -0.0, which one by one could stay -0.0).
+    /// Every partial sum is then an integer below 2^53.
+    fn exact_integer_sum(&self, values: &[f64]) -> Option<f64> {
+        const VALUE_BOUND: u64 = 1 << 32;
+        if values.is_empty() || values.len() > 1 << 20 {
+            return None;
+        }
+        let s = self.sum as i64;
+        if s as f64 != self.sum
+            || s.unsigned_abs() > 1 << 52
+            || self.sum.is_sign_negative() && s == 0
+        {
+            return None;
+        }
+        let mut total = 0i64;
+        let mut exact = true;
+        for &x in values {
+            // NaN casts to 0 and infinities saturate: neither compares equal.
+            let i = x as i64;
+            exact &= i as f64 == x && i.unsigned_abs() <= VALUE_BOUND;
+            total = total.wrapping_add(i);
+        }
+        exact.then_some(total as f64)
+    }
+
     pub(crate) fn merge(&mut self, other: &FloatSum) {
         self.specials |= other.specials;
         self.add_parts(other.sum, other.compensation);

@@ -179,7 +179,7 @@ impl State {
             Body::Count(c) => *c = count_add(*c, n)?,
             Body::FloatSum { count, sum } => {
                 *count = count_add(*count, n)?;
-                values.iter().for_each(|&x| sum.add(x));
+                sum.add_all(values);
             }
             Body::Moments(m) => {
                 let mut copy = *m;
