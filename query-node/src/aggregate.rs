@@ -1046,7 +1046,13 @@ async fn merge_in_steps(
                 bucket < edge
             }
         };
-        if merger.keys.iter().filter(|k| complete(k.0)).count() >= limit.groups {
+        if merger
+            .keys
+            .iter()
+            .filter(|k| complete(Merger::bucket(k)))
+            .count()
+            >= limit.groups
+        {
             merger.retain(complete);
             break;
         }
@@ -1054,12 +1060,24 @@ async fn merge_in_steps(
     Ok(())
 }
 
-type GroupKey = (i64, Vec<Option<String>>);
+/// A group: its bucket, then each group tag's value id in
+/// [`Merger::tag_values`] ([`NULL_TAG`] for NULL).
+type GroupKey = Box<[u64]>;
+
+/// The id of a NULL group-tag value.
+const NULL_TAG: u64 = u64::MAX;
 
 /// Partial states by group, merged as node answers arrive.
 struct Merger {
     agg: PushedAggregate,
     schema: SchemaRef,
+    /// Per group tag, its values by id and the id of each value: a row's
+    /// key is found without building a string.
+    tag_values: Vec<Vec<String>>,
+    tag_ids: Vec<HashMap<String, u64>>,
+    /// Bytes of tag values interned since the last group was counted
+    /// against the reservation (a new value comes with a new group).
+    new_tag_bytes: usize,
     index: HashMap<GroupKey, usize>,
     keys: Vec<GroupKey>,
     /// `calls.len()` states per group.
@@ -1069,14 +1087,35 @@ struct Merger {
 
 impl Merger {
     fn new(agg: PushedAggregate, schema: SchemaRef, reservation: MemoryReservation) -> Self {
+        let ntags = agg.group_tags.len();
         Merger {
             agg,
             schema,
+            tag_values: vec![Vec::new(); ntags],
+            tag_ids: vec![HashMap::new(); ntags],
+            new_tag_bytes: 0,
             index: HashMap::new(),
             keys: Vec::new(),
             states: Vec::new(),
             reservation,
         }
+    }
+
+    /// A group's bucket.
+    fn bucket(key: &[u64]) -> i64 {
+        key[0] as i64
+    }
+
+    /// The id of value `v` of group tag `t`, given an id when new.
+    fn tag_id(&mut self, t: usize, v: &str) -> u64 {
+        if let Some(&id) = self.tag_ids[t].get(v) {
+            return id;
+        }
+        let id = self.tag_values[t].len() as u64;
+        self.tag_values[t].push(v.to_string());
+        self.tag_ids[t].insert(v.to_string(), id);
+        self.new_tag_bytes += 2 * v.len() + 64;
+        id
     }
 
     fn add(&mut self, batch: &RecordBatch) -> DfResult<()> {
@@ -1122,14 +1161,26 @@ impl Merger {
         let decode = |bytes: &[u8]| {
             State::decode(bytes).map_err(|e| bad(&format!("undecodable state: {e}")))
         };
+        // The previous row's tag values and ids: a node sends a series'
+        // groups together, so most rows repeat them.
+        let mut last: Vec<Option<(usize, u64)>> = vec![None; ntags];
+        let mut key: Vec<u64> = Vec::with_capacity(1 + ntags);
         for row in 0..batch.num_rows() {
-            let key: GroupKey = (
-                buckets.map_or(0, |b| b.value(row)),
-                tags.iter()
-                    .map(|t| t.is_valid(row).then(|| t.value(row).to_string()))
-                    .collect(),
-            );
-            match self.index.get(&key) {
+            key.clear();
+            key.push(buckets.map_or(0, |b| b.value(row)) as u64);
+            for (t, col) in tags.iter().enumerate() {
+                if col.is_null(row) {
+                    key.push(NULL_TAG);
+                    continue;
+                }
+                let id = match last[t] {
+                    Some((prev, id)) if col.value(prev) == col.value(row) => id,
+                    _ => self.tag_id(t, col.value(row)),
+                };
+                last[t] = Some((row, id));
+                key.push(id);
+            }
+            match self.index.get(key.as_slice()) {
                 Some(&g) => {
                     for (i, col) in states.iter().enumerate() {
                         let s = decode(col.value(row))?;
@@ -1141,19 +1192,14 @@ impl Merger {
                 None => {
                     // A group costs its key, its index entry and its states
                     // (about their encoded size; sketches grow on merge).
-                    let mut bytes = 64
-                        + key
-                            .1
-                            .iter()
-                            .flatten()
-                            .map(|s| 2 * s.len() + 24)
-                            .sum::<usize>();
+                    let mut bytes = 64 + 16 * key.len() + std::mem::take(&mut self.new_tag_bytes);
                     for col in &states {
                         let b = col.value(row);
                         bytes += 2 * b.len() + 64;
                         self.states.push(decode(b)?);
                     }
                     self.reservation.try_grow(bytes)?;
+                    let key: GroupKey = key.as_slice().into();
                     self.index.insert(key.clone(), self.keys.len());
                     self.keys.push(key);
                 }
@@ -1170,7 +1216,7 @@ impl Merger {
         self.index.clear();
         for key in keys {
             let group = states.by_ref().take(ncalls);
-            if keep(key.0) {
+            if keep(Merger::bucket(&key)) {
                 self.index.insert(key.clone(), self.keys.len());
                 self.keys.push(key);
                 self.states.extend(group);
@@ -1185,7 +1231,7 @@ impl Merger {
         let ncalls = self.agg.calls.len();
         // A global aggregate answers one row even when no row matched.
         if self.agg.groups.is_empty() && self.keys.is_empty() {
-            self.keys.push((0, Vec::new()));
+            self.keys.push(Box::new([0]));
             for c in &self.agg.calls {
                 let kind = kind_of(c.function).ok_or_else(|| {
                     DataFusionError::Internal("a pushed call without a function".into())
@@ -1201,12 +1247,19 @@ impl Merger {
         for (g, out) in self.agg.groups.iter().enumerate() {
             let array: ArrayRef = match out {
                 GroupOut::Bucket => Arc::new(
-                    TimestampNanosecondArray::from_iter_values(self.keys.iter().map(|k| k.0))
-                        .with_timezone(sealion_common::catalog::TIME_ZONE),
+                    TimestampNanosecondArray::from_iter_values(
+                        self.keys.iter().map(|k| Merger::bucket(k)),
+                    )
+                    .with_timezone(sealion_common::catalog::TIME_ZONE),
                 ),
-                GroupOut::Tag(t) => Arc::new(StringArray::from_iter(
-                    self.keys.iter().map(|k| k.1[*t].as_deref()),
-                )),
+                GroupOut::Tag(t) => {
+                    let values = &self.tag_values[*t];
+                    Arc::new(StringArray::from_iter(self.keys.iter().map(|k| {
+                        values
+                            .get(usize::try_from(k[1 + t]).ok()?)
+                            .map(String::as_str)
+                    })))
+                }
             };
             columns.push(arrow::compute::cast(&array, fields[g].data_type())?);
         }
@@ -1214,18 +1267,19 @@ impl Merger {
         for (i, call) in self.agg.calls.iter().enumerate() {
             let mut values = Vec::with_capacity(self.keys.len());
             for g in 0..self.keys.len() {
-                let v = self.states[g * ncalls + i]
-                    .finalize(call.finalize)
-                    .map_err(|e| DataFusionError::Execution(format!("aggregate: {e}")))?;
-                values.push(scalar(
-                    v,
-                    kind_of(call.function).map(|k| k.output_type(call.input)),
-                ));
+                values.push(
+                    self.states[g * ncalls + i]
+                        .finalize(call.finalize)
+                        .map_err(|e| DataFusionError::Execution(format!("aggregate: {e}")))?,
+                );
             }
-            let array = if values.is_empty() {
-                arrow::array::new_empty_array(fields[ngroups + i].data_type())
-            } else {
-                ScalarValue::iter_to_array(values)?
+            let ty = kind_of(call.function).map(|k| k.output_type(call.input));
+            let array = match typed_array(&values, ty) {
+                Some(array) => array,
+                None if values.is_empty() => {
+                    arrow::array::new_empty_array(fields[ngroups + i].data_type())
+                }
+                None => ScalarValue::iter_to_array(values.into_iter().map(|v| scalar(v, ty)))?,
             };
             columns.push(arrow::compute::cast(
                 &array,
@@ -1239,6 +1293,57 @@ impl Merger {
             columns,
             &options,
         )?)
+    }
+}
+
+/// Finalized values as an array of their output type, built directly;
+/// `None` when a value is not of that type (the scalar path then decides).
+fn typed_array(values: &[Option<Value>], ty: Option<ValueType>) -> Option<ArrayRef> {
+    fn build<T, B: arrow::array::ArrayBuilder>(
+        values: &[Option<Value>],
+        mut builder: B,
+        take: impl Fn(&Value) -> Option<T>,
+        append: impl Fn(&mut B, Option<T>),
+    ) -> Option<ArrayRef> {
+        for v in values {
+            match v {
+                Some(v) => append(&mut builder, Some(take(v)?)),
+                None => append(&mut builder, None),
+            }
+        }
+        Some(builder.finish())
+    }
+    use arrow::array::{Float64Builder, Int64Builder, UInt64Builder};
+    let n = values.len();
+    match ty? {
+        ValueType::F64 => build(
+            values,
+            Float64Builder::with_capacity(n),
+            |v| match v {
+                Value::F64(x) => Some(*x),
+                _ => None,
+            },
+            |b, v| b.append_option(v),
+        ),
+        ValueType::I64 => build(
+            values,
+            Int64Builder::with_capacity(n),
+            |v| match v {
+                Value::I64(x) => Some(*x),
+                _ => None,
+            },
+            |b, v| b.append_option(v),
+        ),
+        ValueType::U64 => build(
+            values,
+            UInt64Builder::with_capacity(n),
+            |v| match v {
+                Value::U64(x) => Some(*x),
+                _ => None,
+            },
+            |b, v| b.append_option(v),
+        ),
+        ValueType::Bool | ValueType::Str => None,
     }
 }
 
