@@ -56,7 +56,9 @@ impl FloatSum {
     /// magnitude at most 2^52 (not -0.0, which one by one could stay -0.0).
     /// Every partial sum is then an integer below 2^53.
     fn exact_integer_sum(&self, values: &[f64]) -> Option<f64> {
-        const VALUE_BOUND: u64 = 1 << 32;
+        // `(x + MAGIC) - MAGIC` is `x` rounded to an integer for |x| < 2^51.
+        const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
+        const VALUE_BOUND: f64 = 4_294_967_296.0; // 2^32
         if values.is_empty() || values.len() > 1 << 20 {
             return None;
         }
@@ -67,15 +69,26 @@ impl FloatSum {
         {
             return None;
         }
-        let mut total = 0i64;
-        let mut exact = true;
-        for &x in values {
-            // NaN casts to 0 and infinities saturate: neither compares equal.
-            let i = x as i64;
-            exact &= i as f64 == x && i.unsigned_abs() <= VALUE_BOUND;
-            total = total.wrapping_add(i);
+        // Sums of such integers are exact in any order: four lanes, checked
+        // and added without a branch. (A NaN fails `r == x`; an infinity
+        // fails the bound; what a failing lane adds does not matter.)
+        let mut exact = [true; 4];
+        let mut sums = [0.0f64; 4];
+        let lanes = values.chunks_exact(4);
+        let rest = lanes.remainder();
+        for chunk in lanes {
+            for l in 0..4 {
+                let x = chunk[l];
+                exact[l] &= ((x + MAGIC) - MAGIC == x) & (x.abs() <= VALUE_BOUND);
+                sums[l] += x;
+            }
         }
-        exact.then_some(total as f64)
+        for &x in rest {
+            exact[0] &= ((x + MAGIC) - MAGIC == x) & (x.abs() <= VALUE_BOUND);
+            sums[0] += x;
+        }
+        let total = (sums[0] + sums[1]) + (sums[2] + sums[3]);
+        (exact == [true; 4]).then_some(total)
     }
 
     pub(crate) fn merge(&mut self, other: &FloatSum) {

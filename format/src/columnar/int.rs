@@ -385,12 +385,16 @@ fn deltas_of(values: &[u64]) -> Vec<u64> {
 }
 
 /// `first` then each delta (a signed key) added in turn.
-fn undelta(first: u64, deltas: Vec<u64>, out: &mut Vec<u64>) {
-    let mut acc = first;
-    out.push(acc);
-    for dk in deltas {
-        acc = acc.wrapping_add(from_signed_key(dk) as u64);
-        out.push(acc);
+/// Turns `out[from..]`, the zigzag keys of deltas, into the running sums
+/// that follow `out[from - 1]`, in place.
+fn undelta_in_place(out: &mut [u64], from: usize) {
+    let Some((head, tail)) = from.checked_sub(1).map(|i| out[i..].split_at_mut(1)) else {
+        return;
+    };
+    let mut acc = head[0];
+    for v in tail {
+        acc = acc.wrapping_add(from_signed_key(*v) as u64);
+        *v = acc;
     }
 }
 
@@ -410,10 +414,10 @@ pub(crate) fn decode(enc: Encoding, r: &mut ByteReader<'_>, n: usize) -> Result<
         Encoding::FrameOfReference => for_decode(r, n, &mut out)?,
         Encoding::Delta => {
             if n > 0 {
-                let first = r.u64()?;
-                let mut deltas = Vec::with_capacity(n - 1);
-                for_decode(r, n - 1, &mut deltas)?;
-                undelta(first, deltas, &mut out);
+                // The deltas' keys decoded in place, then summed up.
+                out.push(r.u64()?);
+                for_decode(r, n - 1, &mut out)?;
+                undelta_in_place(&mut out, 1);
             }
         }
         Encoding::RadixFrame => radix_decode(r, n, &mut out)?,
@@ -422,9 +426,7 @@ pub(crate) fn decode(enc: Encoding, r: &mut ByteReader<'_>, n: usize) -> Result<
                 // The deltas' keys decoded in place, then summed up.
                 out.push(r.u64()?);
                 radix_decode(r, n - 1, &mut out)?;
-                for i in 1..out.len() {
-                    out[i] = out[i - 1].wrapping_add(from_signed_key(out[i]) as u64);
-                }
+                undelta_in_place(&mut out, 1);
             }
         }
         Encoding::DeltaOfDelta => {
