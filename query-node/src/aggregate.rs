@@ -31,7 +31,8 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BinaryArray, RecordBatch, StringArray};
-use arrow::array::{RecordBatchOptions, TimestampNanosecondArray};
+use arrow::array::{PrimitiveBuilder, RecordBatchOptions, TimestampNanosecondArray};
+use arrow::datatypes::{ArrowPrimitiveType, Float64Type, Int64Type, UInt64Type};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
@@ -1299,50 +1300,32 @@ impl Merger {
 /// Finalized values as an array of their output type, built directly;
 /// `None` when a value is not of that type (the scalar path then decides).
 fn typed_array(values: &[Option<Value>], ty: Option<ValueType>) -> Option<ArrayRef> {
-    fn build<T, B: arrow::array::ArrayBuilder>(
+    fn build<T: ArrowPrimitiveType>(
         values: &[Option<Value>],
-        mut builder: B,
-        take: impl Fn(&Value) -> Option<T>,
-        append: impl Fn(&mut B, Option<T>),
+        take: impl Fn(&Value) -> Option<T::Native>,
     ) -> Option<ArrayRef> {
+        let mut builder = PrimitiveBuilder::<T>::with_capacity(values.len());
         for v in values {
-            match v {
-                Some(v) => append(&mut builder, Some(take(v)?)),
-                None => append(&mut builder, None),
-            }
+            builder.append_option(match v {
+                Some(v) => Some(take(v)?),
+                None => None,
+            });
         }
-        Some(builder.finish())
+        Some(Arc::new(builder.finish()))
     }
-    use arrow::array::{Float64Builder, Int64Builder, UInt64Builder};
-    let n = values.len();
     match ty? {
-        ValueType::F64 => build(
-            values,
-            Float64Builder::with_capacity(n),
-            |v| match v {
-                Value::F64(x) => Some(*x),
-                _ => None,
-            },
-            |b, v| b.append_option(v),
-        ),
-        ValueType::I64 => build(
-            values,
-            Int64Builder::with_capacity(n),
-            |v| match v {
-                Value::I64(x) => Some(*x),
-                _ => None,
-            },
-            |b, v| b.append_option(v),
-        ),
-        ValueType::U64 => build(
-            values,
-            UInt64Builder::with_capacity(n),
-            |v| match v {
-                Value::U64(x) => Some(*x),
-                _ => None,
-            },
-            |b, v| b.append_option(v),
-        ),
+        ValueType::F64 => build::<Float64Type>(values, |v| match v {
+            Value::F64(x) => Some(*x),
+            _ => None,
+        }),
+        ValueType::I64 => build::<Int64Type>(values, |v| match v {
+            Value::I64(x) => Some(*x),
+            _ => None,
+        }),
+        ValueType::U64 => build::<UInt64Type>(values, |v| match v {
+            Value::U64(x) => Some(*x),
+            _ => None,
+        }),
         ValueType::Bool | ValueType::Str => None,
     }
 }

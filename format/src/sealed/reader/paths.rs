@@ -844,28 +844,8 @@ impl SealedFile {
             }
             // The directory holds each series' last row: it answers for
             // one row per series.
-            if rows == 1 && info.last_time_ns >= q.start_ns && info.last_time_ns < q.end_ns {
-                let fields = decode_fields(&info.last_value).ok_or_else(|| Error::Corrupt {
-                    partition_id: self.partition_id,
-                    reason: format!("bad last row in the directory of {}", self.path.display()),
-                })?;
-                let keep = match &q.filter {
-                    None => true,
-                    Some(f) => f.keeps(&crate::scan::filter_values(f, &fields)),
-                };
-                if keep {
-                    Metrics::add(&out.metrics.last_points_from_directory, 1);
-                    Metrics::add(&out.metrics.rows_scanned, 1);
-                    out.push_row(
-                        self.partition_id,
-                        &info.key,
-                        ctx,
-                        info.last_time_ns,
-                        &info.last_value,
-                        Some(&fields),
-                    )?;
-                    continue;
-                }
+            if rows == 1 && self.push_directory_last(out, s, ctx)? {
+                continue;
             }
             pending.push(s);
         }
@@ -944,13 +924,9 @@ impl SealedFile {
         out: &mut Output<'_>,
         ctxs: &[SeriesCtx],
     ) -> Result<Vec<SeriesCtx>> {
-        let q = out.query;
         let mut rest = ctxs.to_vec();
         for (s, info) in self.series.iter().enumerate() {
             if !ctxs[s].passes || info.rows == 0 {
-                continue;
-            }
-            if info.last_time_ns < q.start_ns || info.last_time_ns >= q.end_ns {
                 continue;
             }
             if let Some((_, cut)) = out.ordered_cutoff()
@@ -960,28 +936,42 @@ impl SealedFile {
                 rest[s] = SeriesCtx::ruled_out();
                 continue;
             }
-            if let Some(f) = &q.filter {
-                let fields = decode_fields(&info.last_value).ok_or_else(|| Error::Corrupt {
-                    partition_id: self.partition_id,
-                    reason: format!("bad last row in the directory of {}", self.path.display()),
-                })?;
-                if !f.keeps(&crate::scan::filter_values(f, &fields)) {
-                    continue;
-                }
+            if self.push_directory_last(out, s, &ctxs[s])? {
+                rest[s] = SeriesCtx::ruled_out();
             }
-            Metrics::add(&out.metrics.last_points_from_directory, 1);
-            Metrics::add(&out.metrics.rows_scanned, 1);
-            out.push_row(
-                self.partition_id,
-                &info.key,
-                &ctxs[s],
-                info.last_time_ns,
-                &info.last_value,
-                None,
-            )?;
-            rest[s] = SeriesCtx::ruled_out();
         }
         Ok(rest)
+    }
+
+    /// Hands `out` series `s`'s last row from the directory when that row
+    /// is the series' newest matching one (in the time range, kept by the
+    /// field filter); returns whether it did. No page is decoded.
+    fn push_directory_last(&self, out: &mut Output<'_>, s: usize, ctx: &SeriesCtx) -> Result<bool> {
+        let q = out.query;
+        let info = &self.series[s];
+        if info.last_time_ns < q.start_ns || info.last_time_ns >= q.end_ns {
+            return Ok(false);
+        }
+        if let Some(f) = &q.filter {
+            let fields = decode_fields(&info.last_value).ok_or_else(|| Error::Corrupt {
+                partition_id: self.partition_id,
+                reason: format!("bad last row in the directory of {}", self.path.display()),
+            })?;
+            if !f.keeps(&crate::scan::filter_values(f, &fields)) {
+                return Ok(false);
+            }
+        }
+        Metrics::add(&out.metrics.last_points_from_directory, 1);
+        Metrics::add(&out.metrics.rows_scanned, 1);
+        out.push_row(
+            self.partition_id,
+            &info.key,
+            ctx,
+            info.last_time_ns,
+            &info.last_value,
+            None,
+        )?;
+        Ok(true)
     }
 
     /// Time-ordered mode.
