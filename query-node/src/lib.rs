@@ -18,6 +18,7 @@ pub mod insert;
 mod leaf;
 pub mod lineproto;
 pub mod pg;
+pub mod plan_cache;
 pub mod pushdown;
 pub mod router;
 pub mod scan_exec;

@@ -51,8 +51,9 @@ pub enum Output {
 
 /// The rows of a statement, not yet run.
 pub enum Rows {
-    /// A plan in a session state of the query's own (a copy of the shared
-    /// one), run with a task context that carries the query's memory pool.
+    /// An optimized plan in a session state of the query's own (a copy of
+    /// the shared one), run with a task context that carries the query's
+    /// memory pool.
     /// The shared state is not rebuilt per query (`SessionStateBuilder`
     /// would register every function again).
     Planned {
@@ -81,7 +82,10 @@ impl Rows {
                 plan,
                 runtime,
             } => {
-                let physical = state.create_physical_plan(&plan).await?;
+                let physical = state
+                    .query_planner()
+                    .create_physical_plan(&plan, state.as_ref())
+                    .await?;
                 let task = TaskContext::from(state.as_ref()).with_runtime(runtime);
                 Ok(execute_stream(physical, Arc::new(task))?)
             }
@@ -100,6 +104,8 @@ pub struct SqlEngine {
     pub shared: Shared,
     /// Most bytes one query's operators may reserve (0: no limit).
     pub memory_limit: u64,
+    /// Optimized plans of repeated queries (crate::plan_cache).
+    pub plans: crate::plan_cache::PlanCache,
 }
 
 /// Who runs a statement.
@@ -426,6 +432,7 @@ impl SqlEngine {
             ctx,
             shared,
             memory_limit,
+            plans: Default::default(),
         }))
     }
 
@@ -492,19 +499,40 @@ impl SqlEngine {
                 });
             }
         }
-        let (state, plan) = self.plan(db, stmt).await?;
-        let rows = if matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
-            // DataFusion's context runs these itself (on a copy of the
-            // state: they change nothing shared).
-            let ctx = SessionContext::new_with_state(state);
-            Rows::Frame(ctx.execute_logical_plan(plan).await?)
-        } else {
-            let runtime = self.runtime_for(&state);
-            Rows::Planned {
-                state: Box::new(state),
-                plan,
-                runtime,
+        // Read before planning: a plan is kept under the version it cannot
+        // be older than.
+        let version = self.shared.meta.state().version;
+        let state = self.state_for(db);
+        let plan = match self.plans.get(version, db, stmt) {
+            Some(plan) => {
+                metrics::counter!("sealion_query_plans_reused_total").increment(1);
+                plan
             }
+            None => {
+                let plan = state
+                    .statement_to_plan(DfStatement::Statement(Box::new(stmt.clone())))
+                    .await?;
+                if matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
+                    // DataFusion's context runs these itself (on a copy of
+                    // the state: they change nothing shared).
+                    let ctx = SessionContext::new_with_state(state);
+                    return Ok(Output::Rows(Rows::Frame(
+                        ctx.execute_logical_plan(plan).await?,
+                    )));
+                }
+                let keep = crate::plan_cache::reusable(stmt, &plan);
+                let optimized = state.optimize(&plan)?;
+                if keep {
+                    self.plans.put(version, db, stmt, optimized.clone());
+                }
+                optimized
+            }
+        };
+        let runtime = self.runtime_for(&state);
+        let rows = Rows::Planned {
+            state: Box::new(state),
+            plan,
+            runtime,
         };
         if matches!(stmt, Statement::Insert(_) | Statement::Delete(_)) {
             let tag = if matches!(stmt, Statement::Insert(_)) {

@@ -343,6 +343,9 @@ async fn explain_with(http: &Http, how: &str, q: &str) -> String {
 async fn check_all(http: &Http, ctx: &SessionContext, stage: &str) {
     for case in CASES {
         let got = sorted(http.rows("public", case.sql).await, case.keys);
+        // Asked again, the query runs on the plan kept from the first time.
+        let again = sorted(http.rows("public", case.sql).await, case.keys);
+        assert_eq!(again, got, "{stage}: {} on a reused plan", case.sql);
         let want = sorted(
             model_rows(ctx, case.model.unwrap_or(case.sql)).await,
             case.keys,

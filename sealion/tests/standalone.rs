@@ -1242,3 +1242,63 @@ async fn literal_inserts_store_what_datafusion_would() {
         .await;
     assert_eq!(e[0][0].as_f64().unwrap(), 2.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_queries_reuse_plans_and_still_see_every_change() {
+    let s = start_standalone().await;
+    let http = &s.http;
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let (status, body) = http
+        .write(
+            "public",
+            format!(
+                "m,host=a v=1.0 {}\nm,host=b v=2.0 {}\n",
+                now_ns - 1_000,
+                now_ns
+            ),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+
+    // The same query twice: the second runs on the first one's plan.
+    let all = "SELECT host, v FROM m ORDER BY host";
+    let first = http.rows("public", all).await;
+    let reused = counter(http, "sealion_query_plans_reused_total").await;
+    assert_eq!(http.rows("public", all).await, first);
+    assert_eq!(
+        counter(http, "sealion_query_plans_reused_total").await,
+        reused + 1.0,
+        "the repeated query reused its plan"
+    );
+
+    // A new column changes the catalog: `SELECT *` sees it at once.
+    let star = "SELECT * FROM m ORDER BY host";
+    let before = http.rows("public", star).await;
+    assert_eq!(before[0].len(), 3, "{before:?}");
+    let (status, body) = http
+        .write("public", format!("m,host=c v=3.0,w=4.0 {now_ns}\n"))
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let after = http.rows("public", star).await;
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert_eq!(after[0].len(), 4, "the new column w is there: {after:?}");
+    assert_eq!(http.rows("public", all).await.len(), 3);
+
+    // `now()` is read per query, never frozen into a kept plan.
+    let recent = "SELECT count(*) FROM m WHERE time > now() - interval '3 seconds'";
+    let reused = counter(http, "sealion_query_plans_reused_total").await;
+    assert_eq!(http.rows("public", recent).await[0][0], 3);
+    let wait_until = std::time::UNIX_EPOCH + Duration::from_nanos(now_ns as u64 + 3_500_000_000);
+    if let Ok(left) = wait_until.duration_since(std::time::SystemTime::now()) {
+        tokio::time::sleep(left).await;
+    }
+    assert_eq!(http.rows("public", recent).await[0][0], 0);
+    assert_eq!(
+        counter(http, "sealion_query_plans_reused_total").await,
+        reused,
+        "a query that calls now() is planned every time"
+    );
+}

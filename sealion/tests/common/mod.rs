@@ -8,13 +8,21 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// A child process that is killed when dropped.
+/// A child process that is killed when dropped. When a test fails, each
+/// of its processes prints the tail of its log as it is dropped, so a
+/// failure on CI shows what the processes were doing.
 pub struct Proc {
     pub name: String,
     pub child: Option<Child>,
     pub args: Vec<String>,
     pub log: std::path::PathBuf,
+    /// Opened once and kept: the log stays readable even when the test's
+    /// temporary directory goes before the process does.
+    log_reader: Option<std::fs::File>,
 }
+
+/// How much of each process's log a failed test prints.
+const LOG_TAIL_LINES: usize = 60;
 
 impl Proc {
     pub fn start(name: &str, args: &[String], log_dir: &Path) -> Proc {
@@ -24,9 +32,25 @@ impl Proc {
             child: None,
             args: args.to_vec(),
             log,
+            log_reader: None,
         };
         p.restart();
+        p.log_reader = std::fs::File::open(&p.log).ok();
         p
+    }
+
+    /// The last `LOG_TAIL_LINES` lines of the log, through the handle kept
+    /// since the start.
+    fn log_tail(&mut self) -> String {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut text = String::new();
+        if let Some(f) = self.log_reader.as_mut()
+            && f.seek(SeekFrom::Start(0)).is_ok()
+        {
+            let _ = f.read_to_string(&mut text);
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
     }
 
     pub fn restart(&mut self) {
@@ -125,6 +149,13 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let tail = self.log_tail();
+            eprintln!(
+                "--- last {LOG_TAIL_LINES} log lines of {} ---\n{tail}",
+                self.name
+            );
+        }
         // A cluster launcher stops its children on SIGTERM; SIGKILL would
         // leave them running after the test.
         if self.args.first().map(String::as_str) == Some("cluster")
