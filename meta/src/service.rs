@@ -355,6 +355,11 @@ impl Shared {
                 voter: voters.contains(id),
             })
             .collect();
+        let membership_settled = membership.get_joint_config().len() == 1
+            && match m.membership_config.log_id() {
+                Some(at) => m.last_applied.is_some_and(|a| a.index >= at.index),
+                None => true,
+            };
         let leader_id = m.current_leader.unwrap_or(0);
         let leader_addr = m
             .current_leader
@@ -368,6 +373,7 @@ impl Shared {
             current_term: m.current_term,
             last_applied: m.last_applied.map_or(0, |l| l.index),
             node_id: self.id,
+            membership_settled,
         }
     }
 }

@@ -16,10 +16,14 @@ use crate::*;
 
 const WAIT: Duration = Duration::from_secs(15);
 
+/// Voters the replica at `addr` counts once no membership change is under
+/// way (0 while one is, or when it cannot be reached).
 async fn voters(addr: SocketAddr) -> usize {
     match grpc(addr).await.cluster_info(MetaClusterRequest {}).await {
-        Ok(info) => info.into_inner().members.iter().filter(|m| m.voter).count(),
-        Err(_) => 0,
+        Ok(info) if info.get_ref().membership_settled => {
+            info.into_inner().members.iter().filter(|m| m.voter).count()
+        }
+        _ => 0,
     }
 }
 

@@ -779,8 +779,10 @@ pub async fn meta_leader(addrs: &[String]) -> Option<u64> {
     None
 }
 
-/// Some when the meta leader counts `n` voters (a replica joins as a
-/// learner first; killing one before the others vote can leave no quorum).
+/// Some when the meta leader counts `n` voters and no membership change is
+/// under way (a replica joins as a learner first, then through a joint
+/// configuration that needs a quorum of the old voters too: killing one
+/// before the change settles can leave no quorum).
 pub async fn meta_voters(addrs: &[String], n: usize) -> Option<()> {
     use sealion_proto::MetaClusterRequest;
     use sealion_proto::meta_client::MetaClient;
@@ -790,7 +792,8 @@ pub async fn meta_voters(addrs: &[String], n: usize) -> Option<()> {
         {
             let r = r.into_inner();
             if r.leader_id != 0 && r.node_id == r.leader_id {
-                return (r.members.iter().filter(|m| m.voter).count() == n).then_some(());
+                let voters = r.members.iter().filter(|m| m.voter).count();
+                return (r.membership_settled && voters == n).then_some(());
             }
         }
     }
