@@ -1301,4 +1301,16 @@ async fn repeated_queries_reuse_plans_and_still_see_every_change() {
         reused,
         "a query that calls now() is planned every time"
     );
+
+    // System tables show what the catalog version does not cover (node
+    // liveness): their plans are never kept.
+    for _ in 0..2 {
+        http.rows("public", "SELECT node_id, state FROM system.nodes")
+            .await;
+    }
+    assert_eq!(
+        counter(http, "sealion_query_plans_reused_total").await,
+        reused,
+        "a query of a system table is planned every time"
+    );
 }
