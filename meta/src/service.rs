@@ -356,10 +356,9 @@ impl Shared {
             })
             .collect();
         let membership_settled = membership.get_joint_config().len() == 1
-            && match m.membership_config.log_id() {
-                Some(at) => m.last_applied.is_some_and(|a| a.index >= at.index),
-                None => true,
-            };
+            && m.membership_config
+                .log_id()
+                .is_none_or(|at| m.last_applied.is_some_and(|a| a.index >= at.index));
         let leader_id = m.current_leader.unwrap_or(0);
         let leader_addr = m
             .current_leader

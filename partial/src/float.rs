@@ -72,19 +72,19 @@ impl FloatSum {
         // Sums of such integers are exact in any order: four lanes, checked
         // and added without a branch. (A NaN fails `r == x`; an infinity
         // fails the bound; what a failing lane adds does not matter.)
+        let fits = |x: f64| ((x + MAGIC) - MAGIC == x) & (x.abs() <= VALUE_BOUND);
         let mut exact = [true; 4];
         let mut sums = [0.0f64; 4];
         let lanes = values.chunks_exact(4);
         let rest = lanes.remainder();
         for chunk in lanes {
             for l in 0..4 {
-                let x = chunk[l];
-                exact[l] &= ((x + MAGIC) - MAGIC == x) & (x.abs() <= VALUE_BOUND);
-                sums[l] += x;
+                exact[l] &= fits(chunk[l]);
+                sums[l] += chunk[l];
             }
         }
         for &x in rest {
-            exact[0] &= ((x + MAGIC) - MAGIC == x) & (x.abs() <= VALUE_BOUND);
+            exact[0] &= fits(x);
             sums[0] += x;
         }
         let total = (sums[0] + sums[1]) + (sums[2] + sums[3]);

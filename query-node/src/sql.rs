@@ -502,16 +502,13 @@ impl SqlEngine {
         // Read before planning: a plan is kept under the version it cannot
         // be older than.
         let version = self.shared.meta.state().version;
-        let state = self.state_for(db);
-        let plan = match self.plans.get(version, db, stmt) {
+        let (state, plan) = match self.plans.get(version, db, stmt) {
             Some(plan) => {
                 metrics::counter!("sealion_query_plans_reused_total").increment(1);
-                plan
+                (self.state_for(db), plan)
             }
             None => {
-                let plan = state
-                    .statement_to_plan(DfStatement::Statement(Box::new(stmt.clone())))
-                    .await?;
+                let (state, plan) = self.plan(db, stmt).await?;
                 if matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
                     // DataFusion's context runs these itself (on a copy of
                     // the state: they change nothing shared).
@@ -525,7 +522,7 @@ impl SqlEngine {
                 if keep {
                     self.plans.put(version, db, stmt, optimized.clone());
                 }
-                optimized
+                (state, optimized)
             }
         };
         let runtime = self.runtime_for(&state);

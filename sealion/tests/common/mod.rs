@@ -39,16 +39,9 @@ impl Proc {
         p
     }
 
-    /// The last `LOG_TAIL_LINES` lines of the log, through the handle kept
-    /// since the start.
-    fn log_tail(&mut self) -> String {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut text = String::new();
-        if let Some(f) = self.log_reader.as_mut()
-            && f.seek(SeekFrom::Start(0)).is_ok()
-        {
-            let _ = f.read_to_string(&mut text);
-        }
+    /// The last `LOG_TAIL_LINES` lines of the log.
+    fn log_tail(&self) -> String {
+        let text = self.log_text();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
     }
@@ -142,8 +135,18 @@ impl Proc {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
+    /// The whole log, through the handle kept since the start (by path if
+    /// it could not be opened then).
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        use std::io::{Read, Seek, SeekFrom};
+        let Some(mut f) = self.log_reader.as_ref() else {
+            return std::fs::read_to_string(&self.log).unwrap_or_default();
+        };
+        let mut text = String::new();
+        if f.seek(SeekFrom::Start(0)).is_ok() {
+            let _ = f.read_to_string(&mut text);
+        }
+        text
     }
 }
 
