@@ -8,6 +8,11 @@
 mod cluster;
 mod config;
 
+/// mimalloc, not glibc's malloc: a query allocates many small, short-lived
+/// objects (plans, batches, states), where it is measurably faster.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
