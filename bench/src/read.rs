@@ -105,7 +105,7 @@ fn node_max_per_minute(batches: &[RecordBatch]) -> anyhow::Result<BTreeMap<(Stri
 
 /// Every state of an aggregate answer decoded and finalized.
 fn finalize_all(batches: &[RecordBatch]) -> anyhow::Result<Vec<Option<Value>>> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
     for b in batches {
         let states = b.column(b.num_columns() - 1).as_binary::<i32>();
         for i in 0..b.num_rows() {

@@ -191,16 +191,17 @@ impl State {
             Body::Extreme(current) => {
                 // The run's own extreme first (in the states' order: one
                 // canonical NaN, then total order), offered once.
-                let Some((&first, rest)) = values.split_first() else {
+                // Compared as `total_cmp` does, through an integer key, so the
+                // loop is a plain integer max or min without branches.
+                let keys = values.iter().map(|&x| f64_order_key(canonical_f64(x)));
+                let best = match want {
+                    Ordering::Greater => keys.max(),
+                    _ => keys.min(),
+                };
+                let Some(best) = best else {
                     return Ok(());
                 };
-                let mut best = canonical_f64(first);
-                for &x in rest {
-                    let x = canonical_f64(x);
-                    if x.total_cmp(&best) == want {
-                        best = x;
-                    }
-                }
+                let best = f64_from_order_key(best);
                 match current {
                     // In place: the common case, no Value built or dropped.
                     Some(Value::F64(c)) => {
@@ -392,6 +393,19 @@ fn count_add(a: u64, b: u64) -> Result<u64> {
 
 /// `sum / count` without losing the exactness of the sum to one early
 /// rounding: the integer quotient plus the remainder's fraction.
+/// The integer whose order is `f64::total_cmp`'s order of the floats (the
+/// same transform `total_cmp` applies): negative floats have their magnitude
+/// bits flipped so that they sort below the positive ones and in reverse.
+fn f64_order_key(x: f64) -> i64 {
+    let bits = x.to_bits() as i64;
+    bits ^ (((bits >> 63) as u64) >> 1) as i64
+}
+
+/// The float of an [`f64_order_key`] (the transform is its own inverse).
+fn f64_from_order_key(key: i64) -> f64 {
+    f64::from_bits((key ^ (((key >> 63) as u64) >> 1) as i64) as u64)
+}
+
 fn exact_mean(sum: i128, count: u64) -> f64 {
     let n = i128::from(count);
     (sum / n) as f64 + (sum % n) as f64 / count as f64
@@ -414,5 +428,39 @@ fn offer_timed(current: &mut Option<(i64, Value)>, time: i64, candidate: &Value,
     };
     if replace {
         *current = Some((time, candidate.canonical()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::CANONICAL_NAN_BITS;
+
+    #[test]
+    fn order_keys_sort_floats_as_total_cmp_and_give_them_back() {
+        let floats = [
+            f64::NEG_INFINITY,
+            -1e300,
+            -2.5,
+            -f64::MIN_POSITIVE,
+            -0.0,
+            0.0,
+            f64::MIN_POSITIVE,
+            1.0,
+            1e300,
+            f64::INFINITY,
+            f64::from_bits(CANONICAL_NAN_BITS),
+            -f64::from_bits(CANONICAL_NAN_BITS),
+        ];
+        for a in floats {
+            assert_eq!(f64_from_order_key(f64_order_key(a)).to_bits(), a.to_bits());
+            for b in floats {
+                assert_eq!(
+                    f64_order_key(a).cmp(&f64_order_key(b)),
+                    a.total_cmp(&b),
+                    "{a} vs {b}"
+                );
+            }
+        }
     }
 }

@@ -10,6 +10,7 @@
 //! slots per group.
 
 use rustc_hash::FxHashMap;
+use strength_reduce::StrengthReducedU64;
 
 /// A group key: the bucket start (0 when not bucketed) and the group-tag id.
 pub type GroupKey = (i64, u32);
@@ -33,14 +34,22 @@ pub struct GroupIndex {
     /// Bucket width in ns; buckets of one plan are all `origin + k * width`.
     /// 0 when not bucketed (every bucket is 0).
     width: i64,
+    /// `width` as a divisor by multiplication (the index divides by the
+    /// width for every new group); `None` when not bucketed.
+    divisor: Option<StrengthReducedU64>,
     runs: Vec<Run>,
     sparse: FxHashMap<GroupKey, u32>,
 }
 
 impl GroupIndex {
     pub fn new(width_ns: i64) -> Self {
+        let width = width_ns.max(0);
         GroupIndex {
-            width: width_ns.max(0),
+            width,
+            divisor: u64::try_from(width)
+                .ok()
+                .filter(|&w| w > 0)
+                .map(StrengthReducedU64::new),
             runs: Vec::new(),
             sparse: FxHashMap::default(),
         }
@@ -52,7 +61,14 @@ impl GroupIndex {
         if self.width == 0 {
             return (bucket == base).then_some(0);
         }
-        // In i64 unless the difference overflows it.
+        // In i64 unless the difference overflows it; a bucket at or after
+        // the base (the usual case) by multiplication.
+        if let (Some(d), Some(divisor)) = (bucket.checked_sub(base), self.divisor)
+            && let Ok(d) = u64::try_from(d)
+        {
+            let (q, r) = StrengthReducedU64::div_rem(d, divisor);
+            return (r == 0).then_some(i128::from(q));
+        }
         if let Some(d) = bucket.checked_sub(base) {
             return (d % self.width == 0).then_some(i128::from(d / self.width));
         }

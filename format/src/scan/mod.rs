@@ -815,7 +815,11 @@ impl<'a> Output<'a> {
         // Below MAX_GROUPS, so it fits.
         index.insert(key, g as u32);
         keys.push(key);
-        states.extend(fresh.iter().cloned());
+        match fresh.as_slice() {
+            // One call (the usual case): no iterator to clone through.
+            [one] => states.push(one.clone()),
+            all => states.extend_from_slice(all),
+        }
         *last = Some((key, g));
         Ok(g)
     }
@@ -950,7 +954,9 @@ fn aggregate_batch(
     for i in 0..plan.calls.len() {
         // Every state encoded straight into one buffer, then made an array
         // without copying.
-        let mut values = Vec::new();
+        // Sized for the fixed-width states (count, sum, min/max of
+        // numbers), so most answers never grow it.
+        let mut values = Vec::with_capacity(keys.len() * 16);
         let mut offsets = Vec::with_capacity(keys.len() + 1);
         offsets.push(0i32);
         for s in states.chunks(plan.calls.len()) {

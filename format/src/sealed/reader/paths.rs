@@ -602,7 +602,12 @@ impl SealedFile {
                         if i128::from(t) < end && t >= current {
                             continue;
                         }
-                        let bucket = plan.bucket(t)?;
+                        // Most often the row opens the next bucket: no
+                        // division either.
+                        let bucket = match i64::try_from(end) {
+                            Ok(next) if t >= next && i128::from(t) < end + width => next,
+                            _ => plan.bucket(t)?,
+                        };
                         if bucket != current {
                             runs.push((start, row, s, out.group_of_bucket(current, &ctxs[s])?));
                             start = row;
