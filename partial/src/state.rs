@@ -391,8 +391,6 @@ fn count_add(a: u64, b: u64) -> Result<u64> {
     a.checked_add(b).ok_or(Error::CounterOverflow("row"))
 }
 
-/// `sum / count` without losing the exactness of the sum to one early
-/// rounding: the integer quotient plus the remainder's fraction.
 /// The integer whose order is `f64::total_cmp`'s order of the floats (the
 /// same transform `total_cmp` applies): negative floats have their magnitude
 /// bits flipped so that they sort below the positive ones and in reverse.
@@ -406,6 +404,8 @@ fn f64_from_order_key(key: i64) -> f64 {
     f64::from_bits((key ^ (((key >> 63) as u64) >> 1) as i64) as u64)
 }
 
+/// `sum / count` without losing the exactness of the sum to one early
+/// rounding: the integer quotient plus the remainder's fraction.
 fn exact_mean(sum: i128, count: u64) -> f64 {
     let n = i128::from(count);
     (sum / n) as f64 + (sum % n) as f64 / count as f64
