@@ -170,12 +170,15 @@ impl State {
     pub fn decode(bytes: &[u8]) -> Result<State> {
         // The commonest state of all, min or max over a float that was
         // seen, read straight; the same answer as the general path below.
-        if let [FORMAT_VERSION, kind @ (3 | 4), 1, 1, value @ ..] = bytes
+        const MIN: u8 = AggregateKind::Min.code();
+        const MAX: u8 = AggregateKind::Max.code();
+        const F64: u8 = ValueType::F64.code();
+        if let [FORMAT_VERSION, kind @ (MIN | MAX), F64, 1, value @ ..] = bytes
             && let Ok(value) = <[u8; 8]>::try_from(value)
         {
             let f = f64::from_le_bytes(value);
             if !f.is_nan() || f.to_bits() == CANONICAL_NAN_BITS {
-                let kind = if *kind == 3 {
+                let kind = if *kind == MIN {
                     AggregateKind::Min
                 } else {
                     AggregateKind::Max

@@ -93,7 +93,7 @@ impl AggregateKind {
     }
 
     /// The code in the binary form; 0 is never used, so zeroed bytes fail.
-    pub(crate) fn code(self) -> u8 {
+    pub(crate) const fn code(self) -> u8 {
         match self {
             AggregateKind::Count => 1,
             AggregateKind::Sum => 2,

@@ -51,7 +51,7 @@ impl ValueType {
     ];
 
     /// The code in the binary form; 0 is never used, so zeroed bytes fail.
-    pub(crate) fn code(self) -> u8 {
+    pub(crate) const fn code(self) -> u8 {
         match self {
             ValueType::F64 => 1,
             ValueType::I64 => 2,
