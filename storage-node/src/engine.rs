@@ -1154,7 +1154,6 @@ impl Engine {
         }
         let file = Arc::new(SealedFile::open(&path)?);
         before_commit();
-        let range_deleted;
         {
             let _exclusive = self.swap.write().map_err(|_| poisoned())?;
             let cf = self
@@ -1183,9 +1182,6 @@ impl Engine {
                 let (from, to) = partition_range(partition_id);
                 batch = WriteBatch::default();
                 batch.delete_range(from, to);
-            }
-            range_deleted = every_row_goes;
-            if every_row_goes {
                 batch.delete_cf(self.late_cf()?, partition_id.to_be_bytes());
             } else {
                 // Rows written during the seal stay, as late rows.
@@ -1228,11 +1224,7 @@ impl Engine {
         drop(snapshot);
         let (from, to) = partition_range(partition_id);
         self.db.compact_range(Some(from), Some(to));
-        tracing::debug!(
-            partition_id,
-            range_deleted,
-            "compacted the sealed rows' key range"
-        );
+        tracing::debug!(partition_id, "compacted the sealed rows' key range");
         let (rows, bytes) = (summary.rows, summary.bytes);
         Ok(if resealed {
             SealOutcome::Resealed { rows, bytes }

@@ -63,13 +63,11 @@ impl GroupIndex {
         }
         // In i64 unless the difference overflows it; a bucket at or after
         // the base (the usual case) by multiplication.
-        if let (Some(d), Some(divisor)) = (bucket.checked_sub(base), self.divisor)
-            && let Ok(d) = u64::try_from(d)
-        {
-            let (q, r) = StrengthReducedU64::div_rem(d, divisor);
-            return (r == 0).then_some(i128::from(q));
-        }
         if let Some(d) = bucket.checked_sub(base) {
+            if let (Ok(d), Some(divisor)) = (u64::try_from(d), self.divisor) {
+                let (q, r) = StrengthReducedU64::div_rem(d, divisor);
+                return (r == 0).then_some(i128::from(q));
+            }
             return (d % self.width == 0).then_some(i128::from(d / self.width));
         }
         let (d, w) = (

@@ -815,11 +815,7 @@ impl<'a> Output<'a> {
         // Below MAX_GROUPS, so it fits.
         index.insert(key, g as u32);
         keys.push(key);
-        match fresh.as_slice() {
-            // One call (the usual case): no iterator to clone through.
-            [one] => states.push(one.clone()),
-            all => states.extend_from_slice(all),
-        }
+        states.extend_from_slice(fresh);
         *last = Some((key, g));
         Ok(g)
     }
