@@ -24,6 +24,9 @@ use serde::Serialize;
 use crate::catalog::Shared;
 use crate::{Error, Result};
 
+mod plain;
+use plain::Line;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Precision {
     Ns,
@@ -100,6 +103,35 @@ struct Row<'a> {
     time_ns: i64,
 }
 
+/// Parses one line with the general parser (the crate's), which knows
+/// every form of the grammar; `None` for a line that holds nothing.
+fn parse_general(text: &str) -> Option<std::result::Result<Line<'_>, String>> {
+    let parsed = match parse_lines(text).next()? {
+        Ok(p) => p,
+        Err(e) => return Some(Err(e.to_string())),
+    };
+    let fields = parsed
+        .field_set
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                FieldValue::F64(x) => Value::F64(x),
+                FieldValue::I64(x) => Value::I64(x),
+                FieldValue::U64(x) => Value::U64(x),
+                FieldValue::String(s) => Value::Str(s),
+                FieldValue::Boolean(b) => Value::Bool(b),
+            };
+            (k, v)
+        })
+        .collect();
+    Some(Ok(Line {
+        measurement: parsed.series.measurement,
+        tags: parsed.series.tag_set.into_iter().flatten().collect(),
+        fields,
+        timestamp: parsed.timestamp,
+    }))
+}
+
 /// Parses `body` into rows per table; bad lines go to `rejected`.
 fn parse_body<'a>(
     body: &'a str,
@@ -107,11 +139,25 @@ fn parse_body<'a>(
     now_ns: i64,
     rejected: &mut Vec<LineError>,
 ) -> BTreeMap<String, Vec<Row<'a>>> {
+    parse_body_with(body, precision, now_ns, rejected, true)
+}
+
+/// [`parse_body`], with the parser for plain lines tried first or not
+/// (the tests hold the two to the same answer).
+fn parse_body_with<'a>(
+    body: &'a str,
+    precision: Precision,
+    now_ns: i64,
+    rejected: &mut Vec<LineError>,
+    try_plain: bool,
+) -> BTreeMap<String, Vec<Row<'a>>> {
     let mut tables: BTreeMap<String, Vec<Row<'a>>> = BTreeMap::new();
     let base = body.as_ptr() as usize;
     // Line numbers are counted as the lines go by (counting from the start
     // of the body for each line would be quadratic in its size).
     let (mut seen, mut line) = (0usize, 1usize);
+    // The previous line's counts, as capacities for the next.
+    let (mut tag_count, mut field_count) = (0, 0);
     for text in split_lines(body) {
         let offset = (text.as_ptr() as usize)
             .saturating_sub(base)
@@ -127,17 +173,19 @@ fn parse_body<'a>(
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
-        let parsed = match parse_lines(text).next() {
+        let plain = match try_plain {
+            true => plain::parse(text, tag_count, field_count),
+            false => None,
+        };
+        let parsed = match plain.map(Ok).or_else(|| parse_general(text)) {
             Some(Ok(p)) => p,
-            Some(Err(e)) => {
-                rejected.push(LineError {
-                    line,
-                    error: e.to_string(),
-                });
+            Some(Err(error)) => {
+                rejected.push(LineError { line, error });
                 continue;
             }
             None => continue,
         };
+        (tag_count, field_count) = (parsed.tags.len(), parsed.fields.len());
         let time_ns = match parsed.timestamp {
             None => now_ns,
             Some(t) => match t.checked_mul(precision.nanos()) {
@@ -151,24 +199,14 @@ fn parse_body<'a>(
                 }
             },
         };
-        let mut tags: Vec<(EscapedStr<'a>, EscapedStr<'a>)> =
-            parsed.series.tag_set.into_iter().flatten().collect();
+        let Line {
+            measurement,
+            mut tags,
+            fields,
+            ..
+        } = parsed;
         tags.sort();
-        let fields: Vec<(EscapedStr<'a>, Value<'a>)> = parsed
-            .field_set
-            .into_iter()
-            .map(|(k, v)| {
-                let v = match v {
-                    FieldValue::F64(x) => Value::F64(x),
-                    FieldValue::I64(x) => Value::I64(x),
-                    FieldValue::U64(x) => Value::U64(x),
-                    FieldValue::String(s) => Value::Str(s),
-                    FieldValue::Boolean(b) => Value::Bool(b),
-                };
-                (k, v)
-            })
-            .collect();
-        let table = parsed.series.measurement.as_str();
+        let table = measurement.as_str();
         // Bodies mostly hold one table: no allocation for its name per line.
         let rows = match tables.get_mut(table) {
             Some(rows) => rows,
