@@ -132,33 +132,19 @@ fn parse_general(text: &str) -> Option<std::result::Result<Line<'_>, String>> {
     }))
 }
 
-/// Parses `body` into rows per table; bad lines go to `rejected`.
-fn parse_body<'a>(
-    body: &'a str,
-    precision: Precision,
-    now_ns: i64,
-    rejected: &mut Vec<LineError>,
-) -> BTreeMap<String, Vec<Row<'a>>> {
-    parse_body_with(body, precision, now_ns, rejected, true)
-}
-
-/// [`parse_body`], with the parser for plain lines tried first or not
-/// (the tests hold the two to the same answer).
-fn parse_body_with<'a>(
-    body: &'a str,
-    precision: Precision,
-    now_ns: i64,
-    rejected: &mut Vec<LineError>,
-    try_plain: bool,
-) -> BTreeMap<String, Vec<Row<'a>>> {
-    let mut tables: BTreeMap<String, Vec<Row<'a>>> = BTreeMap::new();
+/// The lines of `body` with their numbers (from 1). A body with no quote
+/// and no backslash ends a line at every newline, which is what the crate's
+/// rules for splitting come to then; others are split by those rules
+/// (a quoted string may hold a newline), unless `fast` is false.
+fn numbered_lines(body: &str, fast: bool) -> Box<dyn Iterator<Item = (usize, &str)> + '_> {
+    if fast && memchr::memchr2(b'"', b'\\', body.as_bytes()).is_none() {
+        return Box::new(body.split('\n').enumerate().map(|(i, l)| (i + 1, l)));
+    }
     let base = body.as_ptr() as usize;
     // Line numbers are counted as the lines go by (counting from the start
     // of the body for each line would be quadratic in its size).
     let (mut seen, mut line) = (0usize, 1usize);
-    // The previous line's counts, as capacities for the next.
-    let (mut tag_count, mut field_count) = (0, 0);
-    for text in split_lines(body) {
+    Box::new(split_lines(body).map(move |text| {
         let offset = (text.as_ptr() as usize)
             .saturating_sub(base)
             .min(body.len());
@@ -169,6 +155,33 @@ fn parse_body_with<'a>(
                 .count();
             seen = offset;
         }
+        (line, text)
+    }))
+}
+
+/// Parses `body` into rows per table; bad lines go to `rejected`.
+fn parse_body<'a>(
+    body: &'a str,
+    precision: Precision,
+    now_ns: i64,
+    rejected: &mut Vec<LineError>,
+) -> BTreeMap<String, Vec<Row<'a>>> {
+    parse_body_with(body, precision, now_ns, rejected, true)
+}
+
+/// [`parse_body`], with the fast paths for plain bodies and lines taken
+/// or not (the tests hold the two to the same answer).
+fn parse_body_with<'a>(
+    body: &'a str,
+    precision: Precision,
+    now_ns: i64,
+    rejected: &mut Vec<LineError>,
+    try_plain: bool,
+) -> BTreeMap<String, Vec<Row<'a>>> {
+    let mut tables: BTreeMap<String, Vec<Row<'a>>> = BTreeMap::new();
+    // The previous line's counts, as capacities for the next.
+    let (mut tag_count, mut field_count) = (0, 0);
+    for (line, text) in numbered_lines(body, try_plain) {
         let trimmed = text.trim();
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;

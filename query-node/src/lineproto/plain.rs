@@ -231,8 +231,8 @@ mod tests {
     /// places, or a run of such characters alone.
     fn any_line() -> impl Strategy<Value = String> {
         let special = prop::sample::select(vec![
-            ',', '=', '"', '\\', ' ', ' ', '\t', '\r', '#', '.', 'e', '-', '+', 'i', 'u', '0', 'é',
-            '\0',
+            ',', '=', '"', '\\', ' ', ' ', '\t', '\r', '\n', '#', '.', 'e', '-', '+', 'i', 'u',
+            '0', 'é', '\0',
         ]);
         prop_oneof![
             plain_line(),
