@@ -309,26 +309,34 @@ pub fn encode_batch(
     let time = time.ok_or_else(|| Error::Invalid("batch has no time column".into()))?;
     tags.sort_by(|a, b| a.column.name.cmp(&b.column.name));
 
+    let tags = tags
+        .iter()
+        .map(|tag| {
+            let text = tag.array.as_any().downcast_ref::<StringArray>();
+            text.map(|a| (tag.column, a))
+                .ok_or_else(|| Error::Invalid(format!("tag {:?} is not text", tag.column.name)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+
     let mut out = Vec::with_capacity(batch.num_rows());
     let mut series = Vec::new();
+    // The previous row's value length: rows of a batch are mostly alike, so
+    // the next value is made that large at once.
+    let mut value_len = 1;
     for row in 0..batch.num_rows() {
         if time.is_null(row) {
             return Err(Error::Invalid(format!("row {row} has a null time")));
         }
         series.clear();
-        for tag in &tags {
-            let a = tag
-                .array
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .ok_or_else(|| Error::Invalid(format!("tag {:?} is not text", tag.column.name)))?;
+        for (column, a) in &tags {
             if a.is_null(row) {
                 continue;
             }
-            put_name(&mut series, &tag.column.name)?;
+            put_name(&mut series, &column.name)?;
             put_str(&mut series, a.value(row))?;
         }
-        let mut value = vec![ROW_FORMAT_V1];
+        let mut value = Vec::with_capacity(value_len);
+        value.push(ROW_FORMAT_V1);
         for field in &fields {
             if field.array.is_null(row) {
                 continue;
@@ -336,6 +344,7 @@ pub fn encode_batch(
             put_name(&mut value, &field.column.name)?;
             encode_field(&mut value, field, row)?;
         }
+        value_len = value.len();
         out.push((encode_key(partition_id, &series, time.value(row)), value));
     }
     Ok(out)

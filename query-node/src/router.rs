@@ -84,7 +84,9 @@ pub struct WriteRouter {
 }
 
 fn encode_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let mut buf = Vec::new();
+    // About the batch's size at once, rather than grown (and copied) by
+    // doubling.
+    let mut buf = Vec::with_capacity(batch.get_array_memory_size() + 1024);
     {
         let mut w = StreamWriter::try_new(&mut buf, &batch.schema())?;
         w.write(batch)?;
