@@ -274,7 +274,7 @@ pub fn encode_batch(
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     let schema = batch.schema();
     let mut time: Option<&TimestampNanosecondArray> = None;
-    let mut tags: Vec<Source> = Vec::new();
+    let mut tags: Vec<(&Column, &StringArray)> = Vec::new();
     let mut fields: Vec<Source> = Vec::new();
     for (i, f) in schema.fields().iter().enumerate() {
         let column = columns
@@ -302,21 +302,18 @@ pub fn encode_batch(
             ColumnKind::Time => {
                 time = array.as_any().downcast_ref::<TimestampNanosecondArray>();
             }
-            ColumnKind::Tag => tags.push(Source { column, array }),
+            ColumnKind::Tag => {
+                let text = array
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .ok_or_else(|| Error::Invalid(format!("tag {:?} is not text", column.name)))?;
+                tags.push((column, text));
+            }
             ColumnKind::Field | ColumnKind::Unspecified => fields.push(Source { column, array }),
         }
     }
     let time = time.ok_or_else(|| Error::Invalid("batch has no time column".into()))?;
-    tags.sort_by(|a, b| a.column.name.cmp(&b.column.name));
-
-    let tags = tags
-        .iter()
-        .map(|tag| {
-            let text = tag.array.as_any().downcast_ref::<StringArray>();
-            text.map(|a| (tag.column, a))
-                .ok_or_else(|| Error::Invalid(format!("tag {:?} is not text", tag.column.name)))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    tags.sort_by(|a, b| a.0.name.cmp(&b.0.name));
 
     let mut out = Vec::with_capacity(batch.num_rows());
     let mut series = Vec::new();
