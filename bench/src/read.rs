@@ -25,9 +25,10 @@ use sealion_common::proto::{
     AggregateCall, AggregateFunction, AggregateSpec, ScanMetrics, ScanRequest, TagOp, TagPredicate,
 };
 use sealion_format::rows::{decode_key, encode_batch};
+use sealion_format::scan::states::StateColumn;
 use sealion_format::scan::{Output, Query};
 use sealion_format::sealed::{SealedFile, SortedRow, write_sealed};
-use sealion_partial::{Finalize, State, Value};
+use sealion_partial::{AggregateKind, Finalize, Value, ValueType};
 
 const MINUTE_NS: i64 = 60_000_000_000;
 
@@ -85,15 +86,25 @@ fn base_request(cols: &[sealion_common::proto::Column]) -> ScanRequest {
     }
 }
 
+/// The max states of an aggregate answer's last column, in whichever form
+/// the node sent them (bytes, or the answers themselves).
+fn max_states(b: &RecordBatch) -> anyhow::Result<StateColumn<'_>> {
+    Ok(StateColumn::new(
+        b.column(b.num_columns() - 1).as_ref(),
+        AggregateKind::Max,
+        ValueType::F64,
+    )?)
+}
+
 /// (host, minute) → max from the node's partial states, finalized.
 fn node_max_per_minute(batches: &[RecordBatch]) -> anyhow::Result<BTreeMap<(String, i64), f64>> {
     let mut out = BTreeMap::new();
     for b in batches {
         let bucket = b.column(0).as_primitive::<TimestampNanosecondType>();
         let host = b.column(1).as_string::<i32>();
-        let state = b.column(2).as_binary::<i32>();
+        let states = max_states(b)?;
         for i in 0..b.num_rows() {
-            let s = State::decode(state.value(i))?;
+            let s = states.state(i)?;
             let Some(Value::F64(v)) = s.finalize(Finalize::Natural)? else {
                 bail!("max state without a value");
             };
@@ -103,13 +114,14 @@ fn node_max_per_minute(batches: &[RecordBatch]) -> anyhow::Result<BTreeMap<(Stri
     Ok(out)
 }
 
-/// Every state of an aggregate answer decoded and finalized.
+/// Every max state of an aggregate answer read back as a state (as a query
+/// node does before it merges) and finalized.
 fn finalize_all(batches: &[RecordBatch]) -> anyhow::Result<Vec<Option<Value>>> {
     let mut out = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
     for b in batches {
-        let states = b.column(b.num_columns() - 1).as_binary::<i32>();
+        let states = max_states(b)?;
         for i in 0..b.num_rows() {
-            out.push(State::decode(states.value(i))?.finalize(Finalize::Natural)?);
+            out.push(states.state(i)?.finalize(Finalize::Natural)?);
         }
     }
     Ok(out)
@@ -219,6 +231,8 @@ fn main() -> anyhow::Result<()> {
             function: AggregateFunction::AggMax as i32,
             column: "usage_user".into(),
         }],
+        // As a query node asks: max states come back as the maxima.
+        states_as_answers: true,
     });
     if repeat_aggregate > 0 {
         for _ in 0..repeat_aggregate {

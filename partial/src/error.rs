@@ -86,6 +86,10 @@ pub enum Error {
         kind: AggregateKind,
         what: &'static str,
     },
+    /// `State::from_answer` or `merge_answer` for a kind whose state keeps
+    /// more than its answer (see `AggregateKind::state_is_answer`).
+    #[error("a {0} state is more than its answer")]
+    NotAnAnswer(AggregateKind),
     /// Bytes that parse but break an invariant of the state; the reason names
     /// which.
     #[error("corrupt partial state: {0}")]

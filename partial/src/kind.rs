@@ -92,6 +92,20 @@ impl AggregateKind {
         }
     }
 
+    /// Whether a state of this kind holds nothing but its answer: `count`
+    /// keeps the count it answers, `min` and `max` the value (or none).
+    /// [`crate::State::from_answer`] rebuilds such a state from what
+    /// [`crate::State::finalize`] gives, so these states can travel as
+    /// their answers (a column of [`AggregateKind::output_type`], NULL for
+    /// none) instead of as bytes. Every other kind keeps more than its
+    /// answer (a sum its count, `first` its time, a sketch its sketch).
+    pub fn state_is_answer(self) -> bool {
+        matches!(
+            self,
+            AggregateKind::Count | AggregateKind::Min | AggregateKind::Max
+        )
+    }
+
     /// The code in the binary form; 0 is never used, so zeroed bytes fail.
     pub(crate) const fn code(self) -> u8 {
         match self {

@@ -369,6 +369,48 @@ impl State {
         })
     }
 
+    /// The state of a kind whose state is its answer
+    /// ([`AggregateKind::state_is_answer`]) that finalizes to `answer`:
+    /// for every such state `s`, `from_answer(kind, input,
+    /// s.finalize(Natural)?.as_ref())` is `s`, byte for byte. An error for
+    /// the other kinds, for a negative count and for an answer that is not
+    /// of the kind's output type.
+    pub fn from_answer(
+        kind: AggregateKind,
+        input: ValueType,
+        answer: Option<&Value>,
+    ) -> Result<State> {
+        let mut state = State::new(kind, input)?;
+        state.merge_answer(answer)?;
+        Ok(state)
+    }
+
+    /// Folds in the state [`State::from_answer`] would build from `answer`,
+    /// without building it: what [`State::merge`] with that state does. On
+    /// an error the state is as it was.
+    pub fn merge_answer(&mut self, answer: Option<&Value>) -> Result<()> {
+        let not_an_answer = |found: Option<ValueType>| match found {
+            Some(found) => Error::TypeMismatch {
+                kind: self.kind,
+                expected: self.kind.output_type(self.input),
+                found,
+            },
+            None => Error::Corrupt("a count answer is never null"),
+        };
+        match (&mut self.body, answer) {
+            (Body::Count(n), Some(Value::I64(more))) => {
+                let more = u64::try_from(*more).map_err(|_| Error::Corrupt("a negative count"))?;
+                *n = count_add(*n, more)?;
+                Ok(())
+            }
+            (Body::Count(_), other) => Err(not_an_answer(other.map(Value::value_type))),
+            (Body::Extreme(_), None) => Ok(()),
+            // `update` checks the type and keeps the wanted extreme.
+            (Body::Extreme(_), Some(v)) => self.update(0, v),
+            _ => Err(Error::NotAnAnswer(self.kind)),
+        }
+    }
+
     /// `Less` for the kinds that keep the smallest (min, first), `Greater`
     /// for those that keep the largest.
     fn wanted_order(&self) -> Ordering {

@@ -30,7 +30,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BinaryArray, RecordBatch, StringArray};
+use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow::array::{PrimitiveBuilder, RecordBatchOptions, TimestampNanosecondArray};
 use arrow::datatypes::{ArrowPrimitiveType, Float64Type, Int64Type, UInt64Type};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef, TimeUnit};
@@ -72,6 +72,7 @@ use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, Phy
 use futures::{StreamExt, TryStreamExt};
 use sealion_common::catalog::{column, time_column};
 use sealion_common::proto::{AggregateCall, AggregateFunction, AggregateSpec, ColumnKind, Table};
+use sealion_format::scan::states::{StateColumn, state_type};
 use sealion_format::scan::{BUCKET_COLUMN, kind_of, state_column, value_type};
 use sealion_partial::{Finalize, State, Value, ValueType};
 
@@ -122,6 +123,7 @@ impl PushedAggregate {
                     column: c.column.clone(),
                 })
                 .collect(),
+            states_as_answers: true,
         }
     }
 }
@@ -785,8 +787,12 @@ fn state_schema(agg: &PushedAggregate) -> SchemaRef {
     for t in &agg.group_tags {
         fields.push(Field::new(t, ArrowType::Utf8, true));
     }
-    for i in 0..agg.calls.len() {
-        fields.push(Field::new(state_column(i), ArrowType::Binary, false));
+    for (i, c) in agg.calls.iter().enumerate() {
+        let (ty, nullable) = match kind_of(c.function) {
+            Some(kind) => state_type(kind, c.input, true),
+            None => (ArrowType::Binary, false),
+        };
+        fields.push(Field::new(state_column(i), ty, nullable));
     }
     Arc::new(Schema::new(fields))
 }
@@ -1024,6 +1030,7 @@ async fn merge_in_steps(
         origin_ns: merger.agg.origin_ns,
         group_tags: Vec::new(),
         calls: Vec::new(),
+        states_as_answers: false,
     };
     for step in 0..ranges.len() {
         let mut answers = scan.execute_step(step);
@@ -1150,18 +1157,13 @@ impl Merger {
         next += ntags;
         let ncalls = self.agg.calls.len();
         let mut states = Vec::with_capacity(ncalls);
-        for i in 0..ncalls {
-            states.push(
-                batch
-                    .column(next + i)
-                    .as_any()
-                    .downcast_ref::<BinaryArray>()
-                    .ok_or_else(|| bad("a state column is not binary"))?,
-            );
+        for (i, call) in self.agg.calls.iter().enumerate() {
+            let kind = kind_of(call.function).ok_or_else(|| bad("a call without a function"))?;
+            // Bytes, or answers for count, min and max.
+            let column = StateColumn::new(batch.column(next + i).as_ref(), kind, call.input)
+                .map_err(|e| bad(&e.to_string()))?;
+            states.push(column);
         }
-        let decode = |bytes: &[u8]| {
-            State::decode(bytes).map_err(|e| bad(&format!("undecodable state: {e}")))
-        };
         // The previous row's tag values and ids: a node sends a series'
         // groups together, so most rows repeat them.
         let mut last: Vec<Option<(usize, u64)>> = vec![None; ntags];
@@ -1184,10 +1186,8 @@ impl Merger {
             match self.index.get(key.as_slice()) {
                 Some(&g) => {
                     for (i, col) in states.iter().enumerate() {
-                        let s = decode(col.value(row))?;
-                        self.states[g * ncalls + i]
-                            .merge(&s)
-                            .map_err(|e| bad(&format!("states do not merge: {e}")))?;
+                        col.merge_into(row, &mut self.states[g * ncalls + i])
+                            .map_err(|e| bad(&e.to_string()))?;
                     }
                 }
                 None => {
@@ -1195,9 +1195,9 @@ impl Merger {
                     // (about their encoded size; sketches grow on merge).
                     let mut bytes = 64 + 16 * key.len() + std::mem::take(&mut self.new_tag_bytes);
                     for col in &states {
-                        let b = col.value(row);
-                        bytes += 2 * b.len() + 64;
-                        self.states.push(decode(b)?);
+                        bytes += 2 * col.encoded_bytes(row) + 64;
+                        self.states
+                            .push(col.state(row).map_err(|e| bad(&e.to_string()))?);
                     }
                     self.reservation.try_grow(bytes)?;
                     let key: GroupKey = key.as_slice().into();

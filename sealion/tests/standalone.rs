@@ -1089,6 +1089,7 @@ async fn storage_nodes_answer_from_sealed_directories_and_count_what_they_read()
                 function: AggregateFunction::AggMax as i32,
                 column: "usage".into(),
             }],
+            states_as_answers: true,
         }),
         ..base.clone()
     };
@@ -1096,11 +1097,21 @@ async fn storage_nodes_answer_from_sealed_directories_and_count_what_they_read()
     assert_eq!(m.rows_matched, 20 * 1440, "{m:?}");
     let mut from_node = std::collections::BTreeMap::new();
     for b in &batches {
-        use arrow::array::{Array, BinaryArray, StringArray};
+        use arrow::array::{Array, StringArray};
         let hosts = b.column(0).as_any().downcast_ref::<StringArray>().unwrap();
-        let states = b.column(1).as_any().downcast_ref::<BinaryArray>().unwrap();
+        // Max states travel as their answers: a DOUBLE column.
+        assert_eq!(
+            b.column(1).data_type(),
+            &arrow::datatypes::DataType::Float64
+        );
+        let states = sealion_format::scan::states::StateColumn::new(
+            b.column(1).as_ref(),
+            sealion_partial::AggregateKind::Max,
+            sealion_partial::ValueType::F64,
+        )
+        .unwrap();
         for i in 0..b.num_rows() {
-            let state = sealion_partial::State::decode(states.value(i)).unwrap();
+            let state = states.state(i).unwrap();
             let Some(sealion_partial::Value::F64(v)) =
                 state.finalize(sealion_partial::Finalize::Natural).unwrap()
             else {

@@ -1960,6 +1960,7 @@ mod tests {
                     call(AggregateFunction::AggLast, "v"),
                     call(AggregateFunction::AggFirst, "v"),
                 ],
+                states_as_answers: true,
             }),
             ..req(vec![2])
         };

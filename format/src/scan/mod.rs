@@ -24,6 +24,7 @@
 
 mod groups;
 pub mod predicate;
+pub mod states;
 #[cfg(test)]
 mod tests;
 
@@ -32,8 +33,7 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BinaryArray, StringBuilder, TimestampNanosecondBuilder};
-use arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
+use arrow::array::{ArrayRef, StringBuilder, TimestampNanosecondBuilder};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use sealion_common::catalog::TIME_ZONE;
@@ -119,6 +119,8 @@ pub struct AggPlan {
     pub origin_ns: i64,
     pub group_tags: Vec<String>,
     pub calls: Vec<Call>,
+    /// Count, min and max states go back as their answers (see [`states`]).
+    pub states_as_answers: bool,
 }
 
 impl AggPlan {
@@ -282,6 +284,7 @@ impl Query {
                     origin_ns: spec.bucket_origin_ns,
                     group_tags: spec.group_tags.clone(),
                     calls,
+                    states_as_answers: spec.states_as_answers,
                 })
             }
             (Some(_), false, _) => {
@@ -910,8 +913,9 @@ pub fn aggregate_schema(plan: &AggPlan) -> Arc<Schema> {
     for t in &plan.group_tags {
         fields.push(Field::new(t, ArrowType::Utf8, true));
     }
-    for i in 0..plan.calls.len() {
-        fields.push(Field::new(state_column(i), ArrowType::Binary, false));
+    for (i, c) in plan.calls.iter().enumerate() {
+        let (ty, nullable) = states::state_type(c.kind, c.input, plan.states_as_answers);
+        fields.push(Field::new(state_column(i), ty, nullable));
     }
     Arc::new(Schema::new(fields))
 }
@@ -947,28 +951,15 @@ fn aggregate_batch(
         }
         arrays.push(Arc::new(b.finish()));
     }
-    for i in 0..plan.calls.len() {
-        // Every state encoded straight into one buffer, then made an array
-        // without copying.
-        // Sized for the fixed-width states (count, sum, min/max of
-        // numbers), so most answers never grow it.
-        let mut values = Vec::with_capacity(keys.len() * 16);
-        let mut offsets = Vec::with_capacity(keys.len() + 1);
-        offsets.push(0i32);
-        for s in states.chunks(plan.calls.len()) {
-            s[i].encode_into(&mut values);
-            offsets.push(
-                i32::try_from(values.len()).map_err(|_| {
-                    Error::Invalid("aggregate states over 2 GiB in one batch".into())
-                })?,
-            );
-        }
-        let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-        arrays.push(Arc::new(BinaryArray::try_new(
-            offsets,
-            Buffer::from_vec(values),
-            None,
-        )?));
+    let n = plan.calls.len();
+    for (i, c) in plan.calls.iter().enumerate() {
+        let of_call = states.chunks(n).map(|s| &s[i]);
+        arrays.push(states::state_array(
+            c.kind,
+            c.input,
+            plan.states_as_answers,
+            of_call,
+        )?);
     }
     // With no bucket, group tag or call, the batch has no column: only its
     // row count (the number of groups) says anything.

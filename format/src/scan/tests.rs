@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BinaryArray, Float64Array, Int64Array, StringArray, TimestampNanosecondArray,
+    Array, ArrayRef, Float64Array, Int64Array, StringArray, TimestampNanosecondArray,
 };
 use arrow::record_batch::RecordBatch;
 use arrow::util::display::array_value_to_string;
@@ -20,7 +20,8 @@ use sealion_common::proto::{
 };
 use sealion_partial::{AggregateKind, Finalize, State, Value as PValue};
 
-use super::{Output, Query, scan_rows};
+use super::states::StateColumn;
+use super::{Mode, Output, Query, scan_rows};
 use crate::rows::{decode_key, encode_batch};
 use crate::sealed::writer::{Layout, write_sealed_with};
 use crate::sealed::{SEALED_FORMAT_VERSION, SealedFile, SortedRow};
@@ -183,6 +184,8 @@ enum Want {
         by_host: bool,
         by_region: bool,
         calls: Vec<(AggregateKind, &'static str)>,
+        /// Count, min and max states asked for as their answers.
+        as_answers: bool,
     },
 }
 
@@ -276,15 +279,19 @@ fn want() -> impl Strategy<Value = Want> {
             -20..20i64,
             any::<bool>(),
             any::<bool>(),
-            prop::collection::vec(agg_kind(), 0..4)
+            prop::collection::vec(agg_kind(), 0..4),
+            any::<bool>(),
         )
-            .prop_map(|(width, origin, by_host, by_region, calls)| Want::Agg {
-                width,
-                origin,
-                by_host,
-                by_region,
-                calls
-            }),
+            .prop_map(
+                |(width, origin, by_host, by_region, calls, as_answers)| Want::Agg {
+                    width,
+                    origin,
+                    by_host,
+                    by_region,
+                    calls,
+                    as_answers,
+                }
+            ),
     ]
 }
 
@@ -457,6 +464,7 @@ fn to_proto(r: &Req) -> ScanRequest {
             by_host,
             by_region,
             calls,
+            as_answers,
         } => {
             let mut group_tags = Vec::new();
             if *by_host {
@@ -476,6 +484,7 @@ fn to_proto(r: &Req) -> ScanRequest {
                         column: c.to_string(),
                     })
                     .collect(),
+                states_as_answers: *as_answers,
             });
         }
     }
@@ -654,6 +663,7 @@ fn model_answer(r: &Req, rows: &[Model]) -> Answer {
             by_host,
             by_region,
             calls,
+            ..
         } => {
             let mut groups: BTreeMap<Vec<String>, Vec<State>> = BTreeMap::new();
             for m in kept {
@@ -746,6 +756,9 @@ fn answer_of(r: &Req, batches: &[RecordBatch]) -> Answer {
     let Want::Agg { width, calls, .. } = &r.want else {
         return Answer::Rows(batch_rows(batches));
     };
+    let Mode::Aggregate(plan) = Query::compile(&to_proto(r)).unwrap().mode else {
+        panic!("an aggregate request compiled to another mode");
+    };
     let mut groups = BTreeMap::new();
     for b in batches {
         // Key columns: the bucket (when bucketed) and the group tags.
@@ -766,15 +779,13 @@ fn answer_of(r: &Req, batches: &[RecordBatch]) -> Answer {
                     array_value_to_string(a, i).unwrap()
                 });
             }
-            let fins = (0..calls.len())
-                .map(|k| {
-                    let bytes = b
-                        .column(keys + k)
-                        .as_any()
-                        .downcast_ref::<BinaryArray>()
-                        .unwrap()
-                        .value(i);
-                    finalize(&State::decode(bytes).unwrap())
+            let fins = plan
+                .calls
+                .iter()
+                .enumerate()
+                .map(|(k, c)| {
+                    let column = StateColumn::new(b.column(keys + k).as_ref(), c.kind, c.input);
+                    finalize(&column.unwrap().state(i).unwrap())
                 })
                 .collect();
             assert!(
@@ -1030,6 +1041,7 @@ fn wide_buckets_fold_whole_pages_from_their_statistics() {
                 (AggregateKind::Sum, "count"),
                 (AggregateKind::Count, ""),
             ],
+            as_answers: true,
         },
     };
     let req = to_proto(&r);
@@ -1220,6 +1232,7 @@ fn requests_the_node_cannot_answer_are_refused_with_a_reason() {
             function: AggregateFunction::AggSum as i32,
             column: "host".into(),
         }],
+        ..Default::default()
     });
     let e = Query::compile(&bad).unwrap_err().to_string();
     assert!(e.contains("does not take"), "{e}");
@@ -1330,6 +1343,7 @@ fn float_sums_are_the_same_on_every_path() {
                     by_host: false,
                     by_region: false,
                     calls: vec![(kind, "usage")],
+                    as_answers: true,
                 },
             };
             let req = to_proto(&r);
@@ -1363,6 +1377,7 @@ fn rows_outside_the_range_do_not_break_bucketing() {
             by_host: false,
             by_region: false,
             calls: vec![(AggregateKind::Count, "")],
+            as_answers: false,
         },
     };
     let want = model_answer(&r, &model_rows(&rows));
@@ -1447,6 +1462,7 @@ proptest! {
             origin_ns: origin,
             group_tags: vec![],
             calls: vec![],
+            states_as_answers: false,
         };
         let (t, o, w) = (i128::from(time), i128::from(origin), i128::from(width));
         let want = o + (t - o).div_euclid(w) * w;

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod answers;
 mod codec;
 mod errors;
 mod merge;
