@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, TimestampNanosecondType};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use sealion_bench::tsbs::{columns, generate, median, parquet_file, sorted_by_host};
@@ -25,10 +25,10 @@ use sealion_common::proto::{
     AggregateCall, AggregateFunction, AggregateSpec, ScanMetrics, ScanRequest, TagOp, TagPredicate,
 };
 use sealion_format::rows::{decode_key, encode_batch};
-use sealion_format::scan::states::StateColumn;
+use sealion_format::scan::states::{StateColumn, final_array};
 use sealion_format::scan::{Output, Query};
 use sealion_format::sealed::{SealedFile, SortedRow, write_sealed};
-use sealion_partial::{AggregateKind, Finalize, Value, ValueType};
+use sealion_partial::{AggregateKind, Finalize, GroupStates, Value, ValueType};
 
 const MINUTE_NS: i64 = 60_000_000_000;
 
@@ -114,17 +114,22 @@ fn node_max_per_minute(batches: &[RecordBatch]) -> anyhow::Result<BTreeMap<(Stri
     Ok(out)
 }
 
-/// Every max state of an aggregate answer read back as a state (as a query
-/// node does before it merges) and finalized.
-fn finalize_all(batches: &[RecordBatch]) -> anyhow::Result<Vec<Option<Value>>> {
-    let mut out = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
+/// Every max state of an aggregate answer taken into a query node's column
+/// of states, one group per row (as its merger takes a new group), then
+/// finalized.
+fn finalize_all(batches: &[RecordBatch]) -> anyhow::Result<ArrayRef> {
+    let rows = batches.iter().map(RecordBatch::num_rows).sum();
+    let mut merged = GroupStates::new(AggregateKind::Max, ValueType::F64)?;
+    merged.reserve(rows);
     for b in batches {
         let states = max_states(b)?;
         for i in 0..b.num_rows() {
-            out.push(states.state(i)?.finalize(Finalize::Natural)?);
+            let g = merged.len();
+            merged.push_empty();
+            states.merge_into(i, &mut merged, g)?;
         }
     }
-    Ok(out)
+    Ok(final_array(&merged, 0..rows, Finalize::Natural)?)
 }
 
 fn df_max_per_minute(batches: &[RecordBatch]) -> BTreeMap<(String, i64), f64> {

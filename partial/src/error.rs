@@ -90,6 +90,9 @@ pub enum Error {
     /// more than its answer (see `AggregateKind::state_is_answer`).
     #[error("a {0} state is more than its answer")]
     NotAnAnswer(AggregateKind),
+    /// A group number past the groups of a `GroupStates` (the caller's bug).
+    #[error("no group {group} among {groups} groups of states")]
+    NoGroup { group: usize, groups: usize },
     /// Bytes that parse but break an invariant of the state; the reason names
     /// which.
     #[error("corrupt partial state: {0}")]

@@ -429,20 +429,20 @@ impl State {
     }
 }
 
-fn count_add(a: u64, b: u64) -> Result<u64> {
+pub(crate) fn count_add(a: u64, b: u64) -> Result<u64> {
     a.checked_add(b).ok_or(Error::CounterOverflow("row"))
 }
 
 /// The integer whose order is `f64::total_cmp`'s order of the floats (the
 /// same transform `total_cmp` applies): negative floats have their magnitude
 /// bits flipped so that they sort below the positive ones and in reverse.
-fn f64_order_key(x: f64) -> i64 {
+pub(crate) fn f64_order_key(x: f64) -> i64 {
     let bits = x.to_bits() as i64;
     bits ^ (((bits >> 63) as u64) >> 1) as i64
 }
 
 /// The float of an [`f64_order_key`] (the transform is its own inverse).
-fn f64_from_order_key(key: i64) -> f64 {
+pub(crate) fn f64_from_order_key(key: i64) -> f64 {
     f64::from_bits((key ^ (((key >> 63) as u64) >> 1) as i64) as u64)
 }
 

@@ -31,8 +31,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
-use arrow::array::{PrimitiveBuilder, RecordBatchOptions, TimestampNanosecondArray};
-use arrow::datatypes::{ArrowPrimitiveType, Float64Type, Int64Type, UInt64Type};
+use arrow::array::{RecordBatchOptions, TimestampNanosecondArray};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
@@ -72,9 +71,9 @@ use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, Phy
 use futures::{StreamExt, TryStreamExt};
 use sealion_common::catalog::{column, time_column};
 use sealion_common::proto::{AggregateCall, AggregateFunction, AggregateSpec, ColumnKind, Table};
-use sealion_format::scan::states::{StateColumn, state_type};
+use sealion_format::scan::states::{StateColumn, final_array, state_type};
 use sealion_format::scan::{BUCKET_COLUMN, kind_of, state_column, value_type};
-use sealion_partial::{Finalize, State, Value, ValueType};
+use sealion_partial::{Finalize, GroupStates, ValueType};
 
 use crate::scan_exec::SealionScanExec;
 use crate::table::{ScanShape, SealionTable, is_time_column, literal_ns};
@@ -911,7 +910,7 @@ impl ExecutionPlan for SealionAggregateExec {
         crate::leaf::only_partition(partition, "SealionAggregateExec")?;
         let reservation =
             MemoryConsumer::new("SealionAggregateExec").register(context.memory_pool());
-        let mut merger = Merger::new(self.agg.clone(), self.schema.clone(), reservation);
+        let mut merger = Merger::new(self.agg.clone(), self.schema.clone(), reservation)?;
         let schema = self.schema.clone();
         let fell_back = MetricBuilder::new(&self.metrics).counter("groups_over_node_limit", 0);
         let original = self.original.clone();
@@ -1088,15 +1087,30 @@ struct Merger {
     new_tag_bytes: usize,
     index: HashMap<GroupKey, usize>,
     keys: Vec<GroupKey>,
-    /// `calls.len()` states per group.
-    states: Vec<State>,
+    /// Per call, one state per group.
+    states: Vec<GroupStates>,
     reservation: MemoryReservation,
 }
 
 impl Merger {
-    fn new(agg: PushedAggregate, schema: SchemaRef, reservation: MemoryReservation) -> Self {
+    fn new(
+        agg: PushedAggregate,
+        schema: SchemaRef,
+        reservation: MemoryReservation,
+    ) -> DfResult<Self> {
         let ntags = agg.group_tags.len();
-        Merger {
+        let states = agg
+            .calls
+            .iter()
+            .map(|c| {
+                let kind = kind_of(c.function).ok_or_else(|| {
+                    DataFusionError::Internal("a pushed call without a function".into())
+                })?;
+                GroupStates::new(kind, c.input)
+                    .map_err(|e| DataFusionError::Internal(format!("aggregate: {e}")))
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        Ok(Merger {
             agg,
             schema,
             tag_values: vec![Vec::new(); ntags],
@@ -1104,9 +1118,9 @@ impl Merger {
             new_tag_bytes: 0,
             index: HashMap::new(),
             keys: Vec::new(),
-            states: Vec::new(),
+            states,
             reservation,
-        }
+        })
     }
 
     /// A group's bucket.
@@ -1185,8 +1199,8 @@ impl Merger {
             }
             match self.index.get(key.as_slice()) {
                 Some(&g) => {
-                    for (i, col) in states.iter().enumerate() {
-                        col.merge_into(row, &mut self.states[g * ncalls + i])
+                    for (col, into) in states.iter().zip(&mut self.states) {
+                        col.merge_into(row, into, g)
                             .map_err(|e| bad(&e.to_string()))?;
                     }
                 }
@@ -1195,13 +1209,17 @@ impl Merger {
                     // (about their encoded size; sketches grow on merge).
                     let mut bytes = 64 + 16 * key.len() + std::mem::take(&mut self.new_tag_bytes);
                     for col in &states {
-                        bytes += 2 * col.encoded_bytes(row) + 64;
-                        self.states
-                            .push(col.state(row).map_err(|e| bad(&e.to_string()))?);
+                        bytes += 2 * col.encoded_bytes(row) + 32;
                     }
                     self.reservation.try_grow(bytes)?;
+                    let g = self.keys.len();
+                    for (col, into) in states.iter().zip(&mut self.states) {
+                        into.push_empty();
+                        col.merge_into(row, into, g)
+                            .map_err(|e| bad(&e.to_string()))?;
+                    }
                     let key: GroupKey = key.as_slice().into();
-                    self.index.insert(key.clone(), self.keys.len());
+                    self.index.insert(key.clone(), g);
                     self.keys.push(key);
                 }
             }
@@ -1211,37 +1229,26 @@ impl Merger {
 
     /// Drops the groups whose bucket `keep` refuses.
     fn retain(&mut self, keep: impl Fn(i64) -> bool) {
-        let ncalls = self.agg.calls.len();
+        let kept: Vec<bool> = self.keys.iter().map(|k| keep(Merger::bucket(k))).collect();
+        for states in &mut self.states {
+            states.retain(|g| kept[g]);
+        }
         let keys = std::mem::take(&mut self.keys);
-        let mut states = std::mem::take(&mut self.states).into_iter();
         self.index.clear();
-        for key in keys {
-            let group = states.by_ref().take(ncalls);
-            if keep(Merger::bucket(&key)) {
+        for (key, kept) in keys.into_iter().zip(kept) {
+            if kept {
                 self.index.insert(key.clone(), self.keys.len());
                 self.keys.push(key);
-                self.states.extend(group);
-            } else {
-                group.for_each(drop);
             }
         }
     }
 
     /// The finalized groups in the aggregate's schema.
     fn finish(mut self) -> DfResult<RecordBatch> {
-        let ncalls = self.agg.calls.len();
         // A global aggregate answers one row even when no row matched.
         if self.agg.groups.is_empty() && self.keys.is_empty() {
             self.keys.push(Box::new([0]));
-            for c in &self.agg.calls {
-                let kind = kind_of(c.function).ok_or_else(|| {
-                    DataFusionError::Internal("a pushed call without a function".into())
-                })?;
-                self.states.push(
-                    State::new(kind, c.input)
-                        .map_err(|e| DataFusionError::Internal(e.to_string()))?,
-                );
-            }
+            self.states.iter_mut().for_each(GroupStates::push_empty);
         }
         let fields = self.schema.fields().clone();
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(fields.len());
@@ -1265,23 +1272,14 @@ impl Merger {
             columns.push(arrow::compute::cast(&array, fields[g].data_type())?);
         }
         let ngroups = self.agg.groups.len();
-        for (i, call) in self.agg.calls.iter().enumerate() {
-            let mut values = Vec::with_capacity(self.keys.len());
-            for g in 0..self.keys.len() {
-                values.push(
-                    self.states[g * ncalls + i]
-                        .finalize(call.finalize)
-                        .map_err(|e| DataFusionError::Execution(format!("aggregate: {e}")))?,
-                );
-            }
-            let ty = kind_of(call.function).map(|k| k.output_type(call.input));
-            let array = match typed_array(&values, ty) {
-                Some(array) => array,
-                None if values.is_empty() => {
-                    arrow::array::new_empty_array(fields[ngroups + i].data_type())
-                }
-                None => ScalarValue::iter_to_array(values.into_iter().map(|v| scalar(v, ty)))?,
-            };
+        for (i, (call, states)) in self.agg.calls.iter().zip(&self.states).enumerate() {
+            let array = final_array(states, 0..self.keys.len(), call.finalize).map_err(|e| {
+                DataFusionError::Execution(match e {
+                    // "aggregate: sum overflows BIGINT", as the user sees it.
+                    sealion_format::Error::Invalid(message) => message,
+                    other => other.to_string(),
+                })
+            })?;
             columns.push(arrow::compute::cast(
                 &array,
                 fields[ngroups + i].data_type(),
@@ -1294,56 +1292,5 @@ impl Merger {
             columns,
             &options,
         )?)
-    }
-}
-
-/// Finalized values as an array of their output type, built directly;
-/// `None` when a value is not of that type (the scalar path then decides).
-fn typed_array(values: &[Option<Value>], ty: Option<ValueType>) -> Option<ArrayRef> {
-    fn build<T: ArrowPrimitiveType>(
-        values: &[Option<Value>],
-        take: impl Fn(&Value) -> Option<T::Native>,
-    ) -> Option<ArrayRef> {
-        let mut builder = PrimitiveBuilder::<T>::with_capacity(values.len());
-        for v in values {
-            builder.append_option(match v {
-                Some(v) => Some(take(v)?),
-                None => None,
-            });
-        }
-        Some(Arc::new(builder.finish()))
-    }
-    match ty? {
-        ValueType::F64 => build::<Float64Type>(values, |v| match v {
-            Value::F64(x) => Some(*x),
-            _ => None,
-        }),
-        ValueType::I64 => build::<Int64Type>(values, |v| match v {
-            Value::I64(x) => Some(*x),
-            _ => None,
-        }),
-        ValueType::U64 => build::<UInt64Type>(values, |v| match v {
-            Value::U64(x) => Some(*x),
-            _ => None,
-        }),
-        ValueType::Bool | ValueType::Str => None,
-    }
-}
-
-/// A finalized value as a scalar; `None` is a NULL of the output type.
-fn scalar(v: Option<Value>, ty: Option<ValueType>) -> ScalarValue {
-    match v {
-        Some(Value::F64(x)) => ScalarValue::Float64(Some(x)),
-        Some(Value::I64(x)) => ScalarValue::Int64(Some(x)),
-        Some(Value::U64(x)) => ScalarValue::UInt64(Some(x)),
-        Some(Value::Bool(x)) => ScalarValue::Boolean(Some(x)),
-        Some(Value::Str(x)) => ScalarValue::Utf8(Some(x)),
-        None => match ty {
-            Some(ValueType::I64) => ScalarValue::Int64(None),
-            Some(ValueType::U64) => ScalarValue::UInt64(None),
-            Some(ValueType::Bool) => ScalarValue::Boolean(None),
-            Some(ValueType::Str) => ScalarValue::Utf8(None),
-            Some(ValueType::F64) | None => ScalarValue::Float64(None),
-        },
     }
 }

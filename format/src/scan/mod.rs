@@ -40,7 +40,7 @@ use sealion_common::catalog::TIME_ZONE;
 use sealion_common::proto::{
     AggregateFunction, Column, ColumnKind, DataType, ScanMetrics, ScanOrder, ScanRequest,
 };
-use sealion_partial::{AggregateKind, State, Value as PValue, ValueType};
+use sealion_partial::{AggregateKind, GroupStates, Value as PValue, ValueType};
 
 use groups::{GroupIndex, GroupKey};
 
@@ -501,11 +501,8 @@ enum Collector {
         /// Distinct group-tag values, by id.
         tag_ids: HashMap<Vec<Option<String>>, u32>,
         tag_values: Vec<Vec<Option<String>>>,
-        /// Every group's states, `calls` per group, in group order (one
-        /// allocation for all groups).
-        states: Vec<State>,
-        /// The states of a new group.
-        fresh: Vec<State>,
+        /// Per call, every group's state, in group order.
+        states: Vec<GroupStates>,
     },
 }
 
@@ -544,11 +541,11 @@ impl<'a> Output<'a> {
                 keys: Vec::new(),
                 tag_ids: HashMap::new(),
                 tag_values: Vec::new(),
-                states: Vec::new(),
-                fresh: plan
+                // Compiling checked that each kind takes its input.
+                states: plan
                     .calls
                     .iter()
-                    .filter_map(|c| State::new(c.kind, c.input).ok())
+                    .filter_map(|c| GroupStates::new(c.kind, c.input).ok())
                     .collect(),
             },
         };
@@ -695,13 +692,7 @@ impl<'a> Output<'a> {
                     }
                 };
                 let g = self.group(time_ns, ctx)?;
-                let Collector::Aggregate {
-                    plan,
-                    states,
-                    fresh,
-                    ..
-                } = &mut self.collector
-                else {
+                let Collector::Aggregate { plan, states, .. } = &mut self.collector else {
                     return Err(Error::Internal("collector changed".into()));
                 };
                 for (i, call) in plan.calls.iter().enumerate() {
@@ -717,7 +708,10 @@ impl<'a> Output<'a> {
                             .map(|(_, v)| to_partial(v.clone())),
                     };
                     if let Some(v) = v {
-                        update(&mut states[g * fresh.len() + i], time_ns, &v)?;
+                        let st = states.get_mut(i).ok_or_else(|| {
+                            Error::Internal("aggregate states could not be made".into())
+                        })?;
+                        st.update(g, time_ns, &v).map_err(aggregate_error)?;
                     }
                 }
             }
@@ -748,7 +742,7 @@ impl<'a> Output<'a> {
                 .min(MAX_GROUPS.saturating_sub(keys.len()))
                 .min((MAX_GROUP_STATES / calls).saturating_sub(keys.len()));
             keys.reserve(n);
-            states.reserve(n * plan.calls.len());
+            states.iter_mut().for_each(|s| s.reserve(n));
         }
     }
 
@@ -764,7 +758,6 @@ impl<'a> Output<'a> {
             tag_ids,
             tag_values,
             states,
-            fresh,
         } = &mut self.collector
         else {
             return Err(Error::Internal("group() outside an aggregate scan".into()));
@@ -811,25 +804,22 @@ impl<'a> Output<'a> {
                 keys.len()
             )));
         }
-        if fresh.len() != plan.calls.len() {
+        if states.len() != plan.calls.len() {
             return Err(Error::Internal("aggregate states could not be made".into()));
         }
         let g = keys.len();
         // Below MAX_GROUPS, so it fits.
         index.insert(key, g as u32);
         keys.push(key);
-        states.extend_from_slice(fresh);
+        states.iter_mut().for_each(GroupStates::push_empty);
         *last = Some((key, g));
         Ok(g)
     }
 
-    /// The states of group `g` (aggregate mode).
-    pub fn states_mut(&mut self, g: usize) -> Option<&mut [State]> {
+    /// The states of call `call`, one per group (aggregate mode).
+    pub fn call_states(&mut self, call: usize) -> Option<&mut GroupStates> {
         match &mut self.collector {
-            Collector::Aggregate { states, fresh, .. } => {
-                let n = fresh.len();
-                states.get_mut(g * n..(g + 1) * n)
-            }
+            Collector::Aggregate { states, .. } => states.get_mut(call),
             _ => None,
         }
     }
@@ -865,14 +855,13 @@ impl<'a> Output<'a> {
                 tag_values,
                 ..
             } => {
-                let n = plan.calls.len();
                 for (c, k) in keys.chunks(SCAN_BATCH_ROWS).enumerate() {
-                    let first = c * SCAN_BATCH_ROWS * n;
-                    let s = &states[first..first + k.len() * n];
                     if self.stopped {
                         break;
                     }
-                    let batch = aggregate_batch(&plan, k, &tag_values, s)?;
+                    let first = c * SCAN_BATCH_ROWS;
+                    let groups = first..first + k.len();
+                    let batch = aggregate_batch(&plan, k, &tag_values, &states, groups)?;
                     self.send(batch);
                 }
             }
@@ -924,7 +913,8 @@ fn aggregate_batch(
     plan: &AggPlan,
     keys: &[GroupKey],
     tag_values: &[Vec<Option<String>>],
-    states: &[State],
+    states: &[GroupStates],
+    groups: std::ops::Range<usize>,
 ) -> Result<RecordBatch> {
     let mut arrays: Vec<ArrayRef> = Vec::new();
     if plan.width_ns > 0 {
@@ -951,14 +941,11 @@ fn aggregate_batch(
         }
         arrays.push(Arc::new(b.finish()));
     }
-    let n = plan.calls.len();
-    for (i, c) in plan.calls.iter().enumerate() {
-        let of_call = states.chunks(n).map(|s| &s[i]);
+    for of_call in states {
         arrays.push(states::state_array(
-            c.kind,
-            c.input,
             plan.states_as_answers,
             of_call,
+            groups.clone(),
         )?);
     }
     // With no bucket, group tag or call, the batch has no column: only its
@@ -979,10 +966,6 @@ pub fn to_partial(v: Value) -> PValue {
         Value::Bool(x) => PValue::Bool(x),
         Value::Str(x) => PValue::Str(x),
     }
-}
-
-pub fn update(state: &mut State, time_ns: i64, v: &PValue) -> Result<()> {
-    state.update(time_ns, v).map_err(aggregate_error)
 }
 
 /// A partial state's refusal, as a scan reports it.

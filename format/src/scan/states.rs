@@ -19,6 +19,7 @@
 //! differential tests read every path's answer through [`StateColumn`], and
 //! `sealion-partial` holds `from_answer(finalize(s)) == s`.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -27,7 +28,7 @@ use arrow::array::{
 };
 use arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType as ArrowType, Float64Type, Int64Type, UInt64Type};
-use sealion_partial::{AggregateKind, Finalize, State, Value, ValueType};
+use sealion_partial::{AggregateKind, Finalize, GroupStates, State, Value, ValueType};
 
 use crate::{Error, Result};
 
@@ -60,19 +61,32 @@ pub fn state_type(kind: AggregateKind, input: ValueType, as_answers: bool) -> (A
     }
 }
 
-/// The column of `states` (of `kind` over `input`, one per group) in the
-/// form [`state_type`] names.
-pub fn state_array<'a>(
-    kind: AggregateKind,
-    input: ValueType,
+/// The column of the states of `groups` in the form [`state_type`] names.
+pub fn state_array(
     as_answers: bool,
-    states: impl ExactSizeIterator<Item = &'a State>,
+    states: &GroupStates,
+    groups: Range<usize>,
 ) -> Result<ArrayRef> {
-    if !travels_as_answer(kind, as_answers) {
-        return bytes_array(states);
+    if travels_as_answer(states.kind(), as_answers) {
+        final_array(states, groups, Finalize::Natural)
+    } else {
+        bytes_array(states, groups)
     }
-    let answers = states.map(|s| {
-        s.finalize(Finalize::Natural)
+}
+
+/// The finalized values of `groups` (`how`), as a column of the kind's
+/// output type: what a query node answers, and what a node sends for
+/// states that are their answers.
+pub fn final_array(states: &GroupStates, groups: Range<usize>, how: Finalize) -> Result<ArrayRef> {
+    if how == Finalize::Natural
+        && let Some(extremes) = states.float_extremes(groups.clone())
+    {
+        return Ok(Arc::new(Float64Array::from_iter(extremes)));
+    }
+    let (kind, input) = (states.kind(), states.input_type());
+    let answers = groups.map(|g| {
+        states
+            .finalize(g, how)
             .map_err(|e| Error::Invalid(format!("aggregate: {e}")))
     });
     let wrong = || Error::Internal(format!("a {kind} state over {input} answered another type"));
@@ -135,14 +149,16 @@ fn primitive<T: ArrowPrimitiveType>(
 
 /// Every state encoded straight into one buffer, then made an array without
 /// copying.
-fn bytes_array<'a>(states: impl ExactSizeIterator<Item = &'a State>) -> Result<ArrayRef> {
+fn bytes_array(states: &GroupStates, groups: Range<usize>) -> Result<ArrayRef> {
     // Sized for the fixed-width states (count, sum, min/max of numbers), so
     // most answers never grow it.
-    let mut values = Vec::with_capacity(states.len() * 16);
-    let mut offsets = Vec::with_capacity(states.len() + 1);
+    let mut values = Vec::with_capacity(groups.len() * 16);
+    let mut offsets = Vec::with_capacity(groups.len() + 1);
     offsets.push(0i32);
-    for s in states {
-        s.encode_into(&mut values);
+    for g in groups {
+        states
+            .encode_into(g, &mut values)
+            .map_err(|e| Error::Internal(format!("aggregate: {e}")))?;
         offsets.push(
             i32::try_from(values.len())
                 .map_err(|_| Error::Invalid("aggregate states over 2 GiB in one batch".into()))?,
@@ -245,16 +261,16 @@ impl<'a> StateColumn<'a> {
         .map_err(|e| Error::Invalid(format!("undecodable state: {e}")))
     }
 
-    /// Merges the state in row `row` into `into`.
-    pub fn merge_into(&self, row: usize, into: &mut State) -> Result<()> {
+    /// Merges the state in row `row` into group `group` of `into`.
+    pub fn merge_into(&self, row: usize, into: &mut GroupStates, group: usize) -> Result<()> {
         match self {
             StateColumn::Bytes(b) => {
                 let s = State::decode(b.value(row))
                     .map_err(|e| Error::Invalid(format!("undecodable state: {e}")))?;
-                into.merge(&s)
+                into.merge(group, &s)
             }
             StateColumn::Answers { values, .. } => {
-                into.merge_answer(Self::answer(values, row).as_ref())
+                into.merge_answer(group, Self::answer(values, row).as_ref())
             }
         }
         .map_err(|e| Error::Invalid(format!("states do not merge: {e}")))

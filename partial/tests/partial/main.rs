@@ -9,5 +9,6 @@
 mod answers;
 mod codec;
 mod errors;
+mod groups;
 mod merge;
 mod support;

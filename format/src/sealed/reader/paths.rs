@@ -20,16 +20,14 @@
 //!   group it decodes only the newest (oldest) `limit` matching rows of each
 //!   series, since no other row of the series can be in the answer.
 
-use sealion_partial::{AggregateKind, State, SumOf, Value as PValue};
+use sealion_partial::{AggregateKind, GroupStates, SumOf, Value as PValue};
 
 use super::value::ChunkRole;
 use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
 use crate::columnar::{ColumnType, ColumnValues, Page, StatValue, Sum};
 use crate::rows::{ColumnBuilder, Value, decode_fields};
 use crate::scan::predicate::{Expr, compare, holds};
-use crate::scan::{
-    AggPlan, CallSource, Metrics, Mode, Output, Query, SeriesCtx, aggregate_error, update,
-};
+use crate::scan::{AggPlan, CallSource, Metrics, Mode, Output, Query, SeriesCtx, aggregate_error};
 use crate::sealed::format::series_cmp;
 use crate::{Error, Result, SCAN_BATCH_ROWS};
 use sealion_common::proto::ColumnKind;
@@ -545,6 +543,12 @@ impl SealedFile {
         // calls used it.
         let mut folded: std::collections::HashSet<(usize, usize, usize)> = Default::default();
         out.reserve_groups(self.groups_expected(plan, q, ctxs));
+        // Runs of rows in one group: (a, b, series, group index); and per
+        // call the segments of those runs still to read from pages and
+        // their row ranges. Kept across row groups, so they grow once.
+        let mut runs: Vec<(usize, usize, usize, usize)> = Vec::new();
+        let mut segs: Vec<(usize, usize, usize, usize)> = Vec::new();
+        let mut wanted: Ranges = Vec::new();
         for g in 0..self.groups.len() {
             if out.done() {
                 break;
@@ -560,8 +564,7 @@ impl SealedFile {
                 &out.metrics.rows_matched,
                 ranges.iter().map(|&(a, b, _)| (b - a) as u64).sum(),
             );
-            // Runs of rows in one group: (a, b, series, group index).
-            let mut runs: Vec<(usize, usize, usize, usize)> = Vec::new();
+            runs.clear();
             let time_infos = &self.groups[g].chunks[self.time_chunk];
             for &(a, b, s) in &ranges {
                 if plan.width_ns == 0 {
@@ -622,8 +625,8 @@ impl SealedFile {
                 match &call.source {
                     CallSource::Star => {
                         for &(a, b, _, grp) in &runs {
-                            let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
-                            fold_summary(st, (b - a) as u64, None, None, None)?;
+                            let st = out.call_states(i).ok_or_else(no_group)?;
+                            fold_summary(st, grp, (b - a) as u64, None, None, None)?;
                         }
                     }
                     CallSource::Tag(_) => {
@@ -632,10 +635,10 @@ impl SealedFile {
                                 continue;
                             };
                             let v = PValue::Str(tag);
-                            let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
+                            let st = out.call_states(i).ok_or_else(no_group)?;
                             match call.kind {
                                 AggregateKind::Count | AggregateKind::Min | AggregateKind::Max => {
-                                    fold_summary(st, (b - a) as u64, None, Some(&v), Some(&v))?
+                                    fold_summary(st, grp, (b - a) as u64, None, Some(&v), Some(&v))?
                                 }
                                 _ => {
                                     // First/last need each row's time; the rest
@@ -644,8 +647,8 @@ impl SealedFile {
                                     self.ensure(g, self.time_chunk, &all, &mut dec)?;
                                     for row in a..b {
                                         let t = self.time_at(g, &dec, row)?;
-                                        let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
-                                        update(st, t, &v)?;
+                                        let st = out.call_states(i).ok_or_else(no_group)?;
+                                        st.update(grp, t, &v).map_err(aggregate_error)?;
                                     }
                                 }
                             }
@@ -656,8 +659,9 @@ impl SealedFile {
                         for &(a, b, _, grp) in &runs {
                             for row in a..b {
                                 let t = self.time_at(g, &dec, row)?;
-                                let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
-                                update(st, t, &PValue::I64(t))?;
+                                let st = out.call_states(i).ok_or_else(no_group)?;
+                                st.update(grp, t, &PValue::I64(t))
+                                    .map_err(aggregate_error)?;
                             }
                         }
                     }
@@ -679,8 +683,8 @@ impl SealedFile {
                         // Pages wholly inside a run fold from their statistics
                         // when the kind allows; the other segments are read
                         // from pages decoded once, all together.
-                        let mut segs: Vec<(usize, usize, usize, usize)> = Vec::new();
-                        let mut wanted: Ranges = Vec::new();
+                        segs.clear();
+                        wanted.clear();
                         let mut hint = 0;
                         for &(a, b, s, grp) in &runs {
                             for (p, lo, hi) in segments_after(infos, &mut hint, a, b) {
@@ -691,8 +695,8 @@ impl SealedFile {
                                     && whole
                                     && dec.chunks[c].as_ref().is_none_or(|d| d[p].is_none())
                                 {
-                                    let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
-                                    if self.fold_page_stats(g, c, p, st)? {
+                                    let st = out.call_states(i).ok_or_else(no_group)?;
+                                    if self.fold_page_stats(g, c, p, st, grp)? {
                                         folded.insert((g, c, p));
                                         continue;
                                     }
@@ -711,16 +715,17 @@ impl SealedFile {
                         let pages = dec.chunks[c]
                             .as_deref()
                             .ok_or_else(|| Error::Internal("pages were not decoded".into()))?;
-                        for (p, lo, hi, grp) in segs {
+                        for &(p, lo, hi, grp) in &segs {
                             let page = pages[p]
                                 .as_ref()
                                 .ok_or_else(|| Error::Internal("page was not decoded".into()))?;
                             let off = infos[p].first_row as usize;
-                            let st = &mut out.states_mut(grp).ok_or_else(no_group)?[i];
+                            let st = out.call_states(i).ok_or_else(no_group)?;
                             if needs_time {
                                 for row in lo..hi {
                                     if let Some(v) = page_pvalue(page, row - off) {
-                                        update(st, self.time_at(g, &dec, row)?, &v)?;
+                                        st.update(grp, self.time_at(g, &dec, row)?, &v)
+                                            .map_err(aggregate_error)?;
                                     }
                                 }
                                 continue;
@@ -729,15 +734,15 @@ impl SealedFile {
                                 // The common cases: the run fed at once (the
                                 // same state as value by value).
                                 (ColumnValues::Float64(v), None) => st
-                                    .update_f64s(&v[lo - off..hi - off])
+                                    .update_f64s(grp, &v[lo - off..hi - off])
                                     .map_err(aggregate_error)?,
                                 (ColumnValues::Int64(v), None) => st
-                                    .update_i64s(&v[lo - off..hi - off])
+                                    .update_i64s(grp, &v[lo - off..hi - off])
                                     .map_err(aggregate_error)?,
                                 _ => {
                                     for row in lo..hi {
                                         if let Some(v) = page_pvalue(page, row - off) {
-                                            update(st, 0, &v)?;
+                                            st.update(grp, 0, &v).map_err(aggregate_error)?;
                                         }
                                     }
                                 }
@@ -778,7 +783,14 @@ impl SealedFile {
     /// Folds page `p` of chunk `c` of group `g` into `state` from the page's
     /// statistics alone; false when they do not suffice (a NaN, text whose
     /// min or max was too long to keep, a kind that needs the values).
-    fn fold_page_stats(&self, g: usize, c: usize, p: usize, state: &mut State) -> Result<bool> {
+    fn fold_page_stats(
+        &self,
+        g: usize,
+        c: usize,
+        p: usize,
+        states: &mut GroupStates,
+        group: usize,
+    ) -> Result<bool> {
         let info = &self.groups[g].chunks[c][p];
         let count = u64::from(info.rows - info.null_count);
         if count == 0 {
@@ -788,7 +800,7 @@ impl SealedFile {
             (Some(lo), Some(hi)) => (stat_pvalue(lo), stat_pvalue(hi)),
             _ => (None, None),
         };
-        let sum = match state.kind() {
+        let sum = match states.kind() {
             AggregateKind::Sum | AggregateKind::Avg => {
                 // The directory keeps min and max; the sum is in the page
                 // header, read without decoding the payload.
@@ -804,11 +816,11 @@ impl SealedFile {
             }
             _ => None,
         };
-        let need_extremes = matches!(state.kind(), AggregateKind::Min | AggregateKind::Max);
+        let need_extremes = matches!(states.kind(), AggregateKind::Min | AggregateKind::Max);
         if need_extremes && (min.is_none() || max.is_none()) {
             return Ok(false);
         }
-        fold_summary(state, count, sum, min.as_ref(), max.as_ref())?;
+        fold_summary(states, group, count, sum, min.as_ref(), max.as_ref())?;
         Ok(true)
     }
 
@@ -1185,13 +1197,14 @@ fn no_group() -> Error {
 }
 
 fn fold_summary(
-    state: &mut State,
+    states: &mut GroupStates,
+    group: usize,
     count: u64,
     sum: Option<SumOf>,
     min: Option<&PValue>,
     max: Option<&PValue>,
 ) -> Result<()> {
-    state
-        .update_summary(count, sum, min, max)
+    states
+        .update_summary(group, count, sum, min, max)
         .map_err(aggregate_error)
 }
