@@ -17,6 +17,7 @@ use arrow::compute::take_record_batch;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use arrow_flight::flight_service_client::FlightServiceClient;
+use futures::FutureExt;
 use sealion_common::catalog::time_column;
 use sealion_common::local::LocalStorage;
 use sealion_common::meta_client::MetaClient;
@@ -225,8 +226,13 @@ impl WriteRouter {
                         "meta returned no partition for start {start}, shard {shard}"
                     ))
                 })?;
-            let indices = UInt32Array::from(rows);
-            let part = take_record_batch(&batch, &indices)?;
+            // A batch that lies in one partition (the usual case) goes as
+            // it is.
+            let part = if rows.len() == batch.num_rows() {
+                batch.clone()
+            } else {
+                take_record_batch(&batch, &UInt32Array::from(rows))?
+            };
             pending.push(PartitionRows {
                 partition_id: p.id,
                 arrow_ipc: encode_ipc(&part)?,
@@ -295,18 +301,44 @@ impl WriteRouter {
             let addr = sealion_common::catalog::node(state, node_id)
                 .map(|n| n.addr.clone())
                 .ok_or_else(|| Error::Unavailable(format!("storage node {node_id} is unknown")))?;
-            let mut client = self.storage.storage(&addr)?;
-            let mut req = tonic::Request::new(WriteRequest {
+            let req = WriteRequest {
                 table_id: table.id,
                 columns: columns.clone(),
                 partitions: parts.clone(),
                 replicated: false,
                 batch_id: batch_id.to_vec(),
-            });
-            req.set_timeout(WRITE_TIMEOUT);
+            };
+            let sent = match self.storage.local(&addr) {
+                // The storage node of this process: the same call, without
+                // its transport. Spawned, so that the write runs to its end
+                // (and holds its partitions' locks that long) even when the
+                // client that asked for it goes away.
+                Some(local) => {
+                    let write = tokio::spawn(local.writes.write(req));
+                    async move {
+                        match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+                            Ok(Ok(r)) => r,
+                            Ok(Err(e)) => Err(tonic::Status::internal(format!(
+                                "the write task failed: {e}"
+                            ))),
+                            Err(_) => Err(tonic::Status::deadline_exceeded(
+                                "the write took longer than its timeout",
+                            )),
+                        }
+                    }
+                    .boxed()
+                }
+                None => {
+                    let mut client = self.storage.storage(&addr)?;
+                    let mut req = tonic::Request::new(req);
+                    req.set_timeout(WRITE_TIMEOUT);
+                    async move { client.write(req).await.map(|r| r.into_inner().rows_written) }
+                        .boxed()
+                }
+            };
             calls.push(async move {
-                match client.write(req).await {
-                    Ok(r) => Ok((r.into_inner().rows_written, Vec::new())),
+                match sent.await {
+                    Ok(rows) => Ok((rows, Vec::new())),
                     Err(status) => match status.code() {
                         tonic::Code::InvalidArgument => {
                             Err(Error::Invalid(status.message().to_string()))

@@ -115,6 +115,7 @@ impl StorageServer {
         let local_scans = LocalStorage {
             addr: advertise.clone(),
             scans: Arc::new(FlightScanService { ctx: ctx.clone() }),
+            writes: Arc::new(StorageService { ctx: ctx.clone() }),
         };
         // Small answers (a partial state, a last point) must not wait for
         // Nagle's algorithm: a custom incoming stream gets no TCP_NODELAY

@@ -17,7 +17,7 @@ use arrow_flight::{
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use sealion_common::catalog::arrow_schema;
-use sealion_common::local::{LocalScans, ScanItem, ScanItems};
+use sealion_common::local::{LocalScans, LocalWrites, ScanItem, ScanItems};
 use sealion_common::meta_client::MetaClient;
 use sealion_common::proto::storage_server::Storage;
 use sealion_common::proto::{
@@ -349,28 +349,46 @@ pub(crate) fn decode_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>> {
         .map_err(Error::from)
 }
 
+/// A write from a router (or, `replicated`, a primary's forward), as the
+/// `Write` RPC and a query node in this process make it.
+async fn write(ctx: &Arc<NodeContext>, req: WriteRequest) -> Result<u64, Status> {
+    let bytes: usize = req.partitions.iter().map(|p| p.arrow_ipc.len()).sum();
+    if bytes > MAX_WRITE_BYTES {
+        return Err(Status::resource_exhausted(format!(
+            "write of {bytes} bytes is over the limit of {MAX_WRITE_BYTES}"
+        )));
+    }
+    let rows = if req.replicated {
+        let epochs: Vec<(u64, u64)> = req
+            .partitions
+            .iter()
+            .map(|p| (p.partition_id, p.epoch))
+            .collect();
+        crate::replication::check_backup(ctx, &epochs).await?;
+        apply_write(ctx, &req, false).await?
+    } else {
+        crate::replication::primary_write(ctx, req).await?
+    };
+    metrics::counter!("sealion_storage_rows_written_total").increment(rows);
+    Ok(rows)
+}
+
+/// Writes for a query node in this process: the `Write` RPC without its
+/// transport.
+impl LocalWrites for StorageService {
+    fn write(
+        &self,
+        request: WriteRequest,
+    ) -> futures::future::BoxFuture<'static, Result<u64, Status>> {
+        let ctx = self.ctx.clone();
+        Box::pin(async move { write(&ctx, request).await })
+    }
+}
+
 #[tonic::async_trait]
 impl Storage for StorageService {
     async fn write(&self, request: Request<WriteRequest>) -> Result<Response<WriteReply>, Status> {
-        let req = request.into_inner();
-        let bytes: usize = req.partitions.iter().map(|p| p.arrow_ipc.len()).sum();
-        if bytes > MAX_WRITE_BYTES {
-            return Err(Status::resource_exhausted(format!(
-                "write of {bytes} bytes is over the limit of {MAX_WRITE_BYTES}"
-            )));
-        }
-        let rows = if req.replicated {
-            let epochs: Vec<(u64, u64)> = req
-                .partitions
-                .iter()
-                .map(|p| (p.partition_id, p.epoch))
-                .collect();
-            crate::replication::check_backup(&self.ctx, &epochs).await?;
-            apply_write(&self.ctx, &req, false).await?
-        } else {
-            crate::replication::primary_write(&self.ctx, req).await?
-        };
-        metrics::counter!("sealion_storage_rows_written_total").increment(rows);
+        let rows = write(&self.ctx, request.into_inner()).await?;
         Ok(Response::new(WriteReply { rows_written: rows }))
     }
 
