@@ -410,6 +410,51 @@ fn mark_late_rows_once(db: &DB, sealed: impl Iterator<Item = u64>) -> Result<()>
     Ok(())
 }
 
+/// A write's rows as the engine stores them, per partition (every
+/// partition of the request, also one with no rows: its batch id is still
+/// recorded). Encoding needs no lock, so a caller that serializes writes
+/// encodes first and holds its lock only for [`Engine::write_encoded`].
+#[derive(Debug, Default)]
+pub struct EncodedWrite {
+    parts: Vec<(u64, Vec<(Vec<u8>, Vec<u8>)>)>,
+}
+
+impl EncodedWrite {
+    /// Encodes every row of `parts` (see `rows::encode_batch`): an error
+    /// in any batch fails the whole write.
+    pub fn encode(columns: &[Column], parts: &[(u64, Vec<RecordBatch>)]) -> Result<Self> {
+        let mut out = Vec::with_capacity(parts.len());
+        for (partition_id, batches) in parts {
+            let mut pairs = Vec::new();
+            for b in batches {
+                let mut kv = encode_batch(*partition_id, columns, b)?;
+                if pairs.is_empty() {
+                    pairs = kv;
+                } else {
+                    pairs.append(&mut kv);
+                }
+            }
+            out.push((*partition_id, pairs));
+        }
+        Ok(Self { parts: out })
+    }
+
+    /// Keeps the partitions `keep` says yes to.
+    pub fn retain(&mut self, mut keep: impl FnMut(u64) -> bool) {
+        self.parts.retain(|(pid, _)| keep(*pid));
+    }
+
+    /// The partitions, in request order.
+    pub fn partition_ids(&self) -> Vec<u64> {
+        self.parts.iter().map(|(pid, _)| *pid).collect()
+    }
+
+    /// Rows in all partitions.
+    pub fn rows(&self) -> u64 {
+        self.parts.iter().map(|(_, p)| p.len() as u64).sum()
+    }
+}
+
 impl Engine {
     /// Opens (or creates) the engine under `root`: RocksDB in `root/rows`,
     /// sealed files in `root/sealed`. Files that no seal recorded (left by a
@@ -511,15 +556,19 @@ impl Engine {
         batch_id: &[u8],
         now_ms: u64,
     ) -> Result<u64> {
+        self.write_encoded(EncodedWrite::encode(columns, parts)?, batch_id, now_ms)
+    }
+
+    /// Stores rows encoded beforehand (see [`EncodedWrite`]) as
+    /// [`Engine::write_batch`] stores them. Writes may run at once, also to
+    /// one partition: RocksDB then syncs them together.
+    pub fn write_encoded(&self, rows: EncodedWrite, batch_id: &[u8], now_ms: u64) -> Result<u64> {
         check_batch_id(batch_id)?;
         let mut batch = WriteBatch::default();
-        let mut rows = 0u64;
-        for (partition_id, batches) in parts {
-            for b in batches {
-                for (k, v) in encode_batch(*partition_id, columns, b)? {
-                    batch.put(k, v);
-                    rows += 1;
-                }
+        let count = rows.rows();
+        for (partition_id, pairs) in &rows.parts {
+            for (k, v) in pairs {
+                batch.put(k, v);
             }
             if !batch_id.is_empty() {
                 batch.put_cf(
@@ -538,15 +587,15 @@ impl Engine {
         {
             let sealed = self.sealed.read().map_err(|_| poisoned())?;
             let cf = self.late_cf()?;
-            for (partition_id, batches) in parts {
-                if sealed.contains_key(partition_id) && batches.iter().any(|b| b.num_rows() > 0) {
+            for (partition_id, pairs) in &rows.parts {
+                if sealed.contains_key(partition_id) && !pairs.is_empty() {
                     batch.put_cf(cf, partition_id.to_be_bytes(), []);
                 }
             }
         }
-        self.note_changes(parts.iter().map(|(pid, _)| *pid))?;
+        self.note_changes(rows.parts.iter().map(|(pid, _)| *pid))?;
         self.db.write_opt(batch, &opts)?;
-        Ok(rows)
+        Ok(count)
     }
 
     /// Adds to `batch` a delete of each live row of `partition_id` that is

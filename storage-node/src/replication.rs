@@ -80,8 +80,12 @@ impl Peers {
     }
 }
 
-/// One async mutex per partition, held by the primary from a write's local
-/// apply until every backup has answered, and for the whole of a resync.
+/// One async lock per partition on its primary. Held exclusively from a
+/// write's local apply until every backup has answered (so the backups
+/// apply writes in the primary's order), and for the whole of a delete, a
+/// seal, a settle and a resync. A write with no backup to forward to holds
+/// it shared: with one copy the order of concurrent writes is nobody's to
+/// keep, and writes that run at once are synced together by RocksDB.
 ///
 /// Also the lowest epoch this node may act on per partition: after it
 /// changed a partition's replicas itself, a local view of meta older than
@@ -89,7 +93,7 @@ impl Peers {
 /// just became in sync).
 #[derive(Default)]
 pub struct PartitionLocks {
-    map: std::sync::Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    map: std::sync::Mutex<HashMap<u64, Arc<tokio::sync::RwLock<()>>>>,
     floors: std::sync::Mutex<HashMap<u64, u64>>,
     /// Per partition this node leads: the epoch at which it last confirmed
     /// that its in-sync backups hold exactly its rows.
@@ -124,26 +128,44 @@ impl PartitionLocks {
             .unwrap_or(0)
     }
 
-    /// Locks every partition of `ids`, in id order (so two requests never
-    /// wait on each other crosswise).
-    pub async fn lock_all(&self, ids: &[u64]) -> Result<Vec<tokio::sync::OwnedMutexGuard<()>>> {
+    /// Locks every partition of `ids` exclusively, in id order (so two
+    /// requests never wait on each other crosswise).
+    pub async fn lock_all(
+        &self,
+        ids: &[u64],
+    ) -> Result<Vec<tokio::sync::OwnedRwLockWriteGuard<()>>> {
+        let mut guards = Vec::with_capacity(ids.len());
+        for l in self.locks_of(ids)? {
+            guards.push(l.write_owned().await);
+        }
+        Ok(guards)
+    }
+
+    /// Locks every partition of `ids` shared, in id order.
+    pub async fn share_all(
+        &self,
+        ids: &[u64],
+    ) -> Result<Vec<tokio::sync::OwnedRwLockReadGuard<()>>> {
+        let mut guards = Vec::with_capacity(ids.len());
+        for l in self.locks_of(ids)? {
+            guards.push(l.read_owned().await);
+        }
+        Ok(guards)
+    }
+
+    /// The locks of `ids`, once each, in id order.
+    fn locks_of(&self, ids: &[u64]) -> Result<Vec<Arc<tokio::sync::RwLock<()>>>> {
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
-        let locks: Vec<Arc<tokio::sync::Mutex<()>>> = {
-            let mut map = self
-                .map
-                .lock()
-                .map_err(|_| Error::Internal("partition lock map poisoned".into()))?;
-            ids.iter()
-                .map(|id| map.entry(*id).or_default().clone())
-                .collect()
-        };
-        let mut guards = Vec::with_capacity(locks.len());
-        for l in locks {
-            guards.push(l.lock_owned().await);
-        }
-        Ok(guards)
+        let mut map = self
+            .map
+            .lock()
+            .map_err(|_| Error::Internal("partition lock map poisoned".into()))?;
+        Ok(ids
+            .iter()
+            .map(|id| map.entry(*id).or_default().clone())
+            .collect())
     }
 }
 
@@ -507,9 +529,32 @@ pub async fn settle_once(ctx: &Arc<NodeContext>) {
 /// batch id, partitions that have applied that batch already skip it (their
 /// backups have it too: they applied it with the primary, or took the
 /// primary's marks in a resync).
-pub async fn primary_write(ctx: &Arc<NodeContext>, mut req: WriteRequest) -> Result<u64> {
+pub async fn primary_write(ctx: &Arc<NodeContext>, req: WriteRequest) -> Result<u64> {
+    // Encoded before any lock: writes to one partition wait on each other
+    // only for what must be ordered.
+    let (mut req, mut rows) = crate::service::encode_write(req).await?;
     let ids: Vec<u64> = req.partitions.iter().map(|p| p.partition_id).collect();
-    let _locks = ctx.locks.lock_all(&ids).await?;
+    let me = ctx.node_id();
+    // Shared when this node's view has no backup to forward to; the view
+    // after the lock decides, and a write that finds backups there takes
+    // the lock again, exclusively.
+    let mut alone = forwards(&ctx.meta.state(), me, &ids, |_| ()).is_empty();
+    let (_locks, state) = loop {
+        let locks = match alone {
+            true => Held::Shared {
+                _guards: ctx.locks.share_all(&ids).await?,
+            },
+            false => Held::Sole {
+                _guards: ctx.locks.lock_all(&ids).await?,
+            },
+        };
+        let state = primary_view(ctx, &ids).await?;
+        if alone && !forwards(&state, me, &ids, |_| ()).is_empty() {
+            alone = false;
+            continue;
+        }
+        break (locks, state);
+    };
     let ids = if req.batch_id.is_empty() {
         ids
     } else {
@@ -521,14 +566,21 @@ pub async fn primary_write(ctx: &Arc<NodeContext>, mut req: WriteRequest) -> Res
         if !done.is_empty() {
             tracing::debug!(partitions = ?done, "a retried batch was applied already");
             req.partitions.retain(|p| !done.contains(&p.partition_id));
+            rows.retain(|pid| !done.contains(&pid));
         }
         req.partitions.iter().map(|p| p.partition_id).collect()
     };
     if ids.is_empty() {
         return Ok(0);
     }
-    let state = settled_primary_view(ctx, &ids).await?;
-    let local = crate::service::apply_write(ctx, &req, true);
+    // Settling compares digests with backups (none when `alone`); it can
+    // only take backups out of an in-sync set, so a shared lock stays
+    // enough.
+    let state = match settle(ctx, &state, &ids).await? {
+        true => primary_view_fresh(ctx, &ids).await?,
+        false => state,
+    };
+    let local = crate::service::apply_write(ctx, rows, &req.batch_id, true);
     let forwarded = replicate(
         ctx,
         state,
@@ -563,6 +615,18 @@ pub async fn primary_write(ctx: &Arc<NodeContext>, mut req: WriteRequest) -> Res
     let rows = rows?;
     forwarded?;
     Ok(rows)
+}
+
+/// A write's partition locks, as it took them.
+enum Held {
+    /// No backup to forward to: concurrent writes may run.
+    Shared {
+        _guards: Vec<tokio::sync::OwnedRwLockReadGuard<()>>,
+    },
+    /// Backups apply in this node's order: one write at a time.
+    Sole {
+        _guards: Vec<tokio::sync::OwnedRwLockWriteGuard<()>>,
+    },
 }
 
 /// A delete from a router: apply it here and on every in-sync backup.

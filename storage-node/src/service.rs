@@ -28,7 +28,7 @@ use sealion_common::proto::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::engine::Engine;
+use crate::engine::{EncodedWrite, Engine};
 use crate::{Error, Result};
 use sealion_format::scan::{Mode, Query, aggregate_schema};
 
@@ -277,15 +277,32 @@ pub struct StorageService {
     pub ctx: Arc<NodeContext>,
 }
 
-/// Applies a write on this node alone (synced). `withdraw_filters`: as the
-/// primary, first withdraw from meta the published tag filters of sealed
+/// Decodes a write's Arrow IPC and encodes its rows for the engine, on
+/// the blocking pool; gives the request back beside them.
+pub async fn encode_write(req: WriteRequest) -> Result<(WriteRequest, EncodedWrite)> {
+    tokio::task::spawn_blocking(move || -> Result<(WriteRequest, EncodedWrite)> {
+        let mut parts = Vec::with_capacity(req.partitions.len());
+        for p in &req.partitions {
+            parts.push((p.partition_id, decode_ipc(&p.arrow_ipc)?));
+        }
+        let rows = EncodedWrite::encode(&req.columns, &parts)?;
+        Ok((req, rows))
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("write encoding task failed: {e}")))?
+}
+
+/// Applies a write on this node alone (synced): `rows`, encoded from a
+/// request with batch id `batch_id`. `withdraw_filters`: as the primary,
+/// first withdraw from meta the published tag filters of sealed
 /// partitions that the write adds late rows to (backups leave meta alone).
 pub async fn apply_write(
     ctx: &Arc<NodeContext>,
-    req: &WriteRequest,
+    rows: EncodedWrite,
+    batch_id: &[u8],
     withdraw_filters: bool,
 ) -> Result<u64> {
-    let ids: Vec<u64> = req.partitions.iter().map(|p| p.partition_id).collect();
+    let ids = rows.partition_ids();
     let _gate = ctx.filter_gate.read().await;
     // Late rows for a sealed partition: withdraw its tag filters from meta
     // before the rows exist, so no planner skips the partition for a tag
@@ -308,15 +325,10 @@ pub async fn apply_write(
         }
     }
     ctx.touch(&ids);
-    let mut parts = Vec::with_capacity(req.partitions.len());
-    for p in &req.partitions {
-        parts.push((p.partition_id, decode_ipc(&p.arrow_ipc)?));
-    }
     let engine = ctx.engine.clone();
-    let columns = req.columns.clone();
-    let batch_id = req.batch_id.clone();
+    let batch_id = batch_id.to_vec();
     let now_ms = sealion_common::time::now_ms().max(0) as u64;
-    tokio::task::spawn_blocking(move || engine.write_batch(&columns, &parts, &batch_id, now_ms))
+    tokio::task::spawn_blocking(move || engine.write_encoded(rows, &batch_id, now_ms))
         .await
         .map_err(|e| Error::Internal(format!("write task failed: {e}")))?
 }
@@ -365,7 +377,8 @@ async fn write(ctx: &Arc<NodeContext>, req: WriteRequest) -> Result<u64, Status>
             .map(|p| (p.partition_id, p.epoch))
             .collect();
         crate::replication::check_backup(ctx, &epochs).await?;
-        apply_write(ctx, &req, false).await?
+        let (req, rows) = encode_write(req).await?;
+        apply_write(ctx, rows, &req.batch_id, false).await?
     } else {
         crate::replication::primary_write(ctx, req).await?
     };
