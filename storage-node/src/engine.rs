@@ -468,8 +468,12 @@ impl Engine {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
+        // LZ4 at every level. Open rows live until their partition is
+        // sealed into Sealion's own files, so RocksDB's bottom level holds
+        // them briefly; zstd there (as before) made the L0 -> L1
+        // compactions of a small store zstd compactions, and they took a
+        // third of both cores during a long ingest run.
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-        opts.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
         // A write-ahead log file is freed only once every column family with
         // data in it has flushed; the small ones (sealed, deletes, batches,
         // late) rarely fill a memtable, so logs piled up (264 MB of them
