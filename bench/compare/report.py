@@ -382,7 +382,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
         L.append("## Ingest\n")
         L.append(f"{ing['rows_per_run']:,} rows per run in batches of {st['batch_rows']} rows (one request or "
                  "one COPY each), batch i sent by client i mod N, each client one keep-alive connection; each run "
-                 f"into a new table; one warm-up run, then {st['ingest_runs']} runs. Rows/s over the run's wall "
+                 f"into a new table; one warm-up run, then {st['ingest_runs']} runs, the client counts interleaved (every count's "
+                 "warm-up, then every count's first run, and so on; systems interleaved within each), so background work "
+                 "left by one run falls on every count alike. Rows/s over the run's wall "
                  "time: median (min–max). Sealion, VictoriaMetrics and InfluxDB get line protocol over HTTP "
                  "(`precision=s`); `sealion-pg` is the same `sealion standalone` process given one multi-row "
                  "`INSERT ... VALUES` per batch over its PostgreSQL port; `sealion-cluster-rfN` is `sealion cluster` "

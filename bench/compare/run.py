@@ -571,8 +571,13 @@ def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, 
         per_batch = 1 if suffix else a.batch_rows
         log(f"ingest: {nr:,} rows per run, {per_batch} rows per batch, clients {clients}, "
             f"1 warm-up + {a.ingest_runs} runs, systems {list(targets)}")
-        for c in clients:
-            for r in range(-1, a.ingest_runs):  # -1: warm-up
+        # Client counts are interleaved run by run (every count's warm-up,
+        # then every count's first timed run, ...) rather than run one count
+        # after another: a store's background work (RocksDB's flushes and
+        # compactions of the rows just written) falls on whatever runs next,
+        # and run in blocks it always fell on the same count.
+        for r in range(-1, a.ingest_runs):  # -1: warm-up
+            for c in clients:
                 for name, (kind, tgt) in targets.items():
                     if name in out["notes"]:
                         continue
@@ -589,6 +594,8 @@ def ingest(a, data, work, names, clients, rows, qsys, cluster, running, sysmod, 
                         continue
                     if r >= 0:
                         out["results"].setdefault(name + suffix, {}).setdefault(str(c), []).append(nr / secs)
+            log(f"  run {'warm-up' if r < 0 else r + 1} done")
+        for c in clients:
             log(f"  {c} clients: " + ", ".join(
                 f"{n} {sorted(v[str(c)])[len(v[str(c)]) // 2]:,.0f} rows/s" for n, v in out["results"].items()
                 if str(c) in v and n.endswith(suffix) and (suffix or not n.endswith(SINGLE_ROWS))))
