@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::prelude::SessionContext;
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{ObjectName, Set, Statement};
 use datafusion_postgres::arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::hooks::cursor::CursorStatementHook;
@@ -69,6 +69,39 @@ fn left_to_others(stmt: &Statement) -> bool {
     )
 }
 
+/// The DataFusion option a `SET` names, if any (`datafusion.` and a key).
+///
+/// datafusion-postgres keeps PostgreSQL's session variables (`TimeZone`,
+/// `statement_timeout`, `DateStyle`, `search_path`...) per connection, but
+/// runs any other `SET` on the node's one shared `SessionContext`: a
+/// `SET datafusion.execution.batch_size = 1` from one client would then hold
+/// for every query on the node, every tenant's and the HTTP API's too. Such
+/// statements are refused instead ([`SealionHook`]); other unknown
+/// variables, which drivers set on connect, still answer `SET` and change
+/// nothing.
+pub fn shared_option_set(stmt: &Statement) -> Option<String> {
+    let Statement::Set(set) = stmt else {
+        return None;
+    };
+    let names: Vec<&ObjectName> = match set {
+        Set::SingleAssignment { variable, .. } => vec![variable],
+        Set::ParenthesizedAssignments { variables, .. } => variables.iter().collect(),
+        Set::MultipleAssignments { assignments } => assignments.iter().map(|a| &a.name).collect(),
+        _ => Vec::new(),
+    };
+    names
+        .into_iter()
+        .map(|n| n.to_string().to_ascii_lowercase())
+        .find(|n| n.starts_with("datafusion."))
+}
+
+fn refuse_shared_option(name: &str) -> PgWireError {
+    pg_error(Error::NotSupported(format!(
+        "SET {name}: DataFusion options are the query node's, shared by every session and \
+         tenant on it, so a session cannot set them; start the node with other settings instead"
+    )))
+}
+
 pub struct SealionHook {
     pub sql: Arc<SqlEngine>,
 }
@@ -121,6 +154,9 @@ impl QueryHook for SealionHook {
         _session_context: &SessionContext,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
+        if let Some(name) = shared_option_set(statement) {
+            return Some(Err(refuse_shared_option(&name)));
+        }
         if left_to_others(statement) {
             return None;
         }
@@ -142,6 +178,9 @@ impl QueryHook for SealionHook {
         _session_context: &SessionContext,
         client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
+        if let Some(name) = shared_option_set(statement) {
+            return Some(Err(refuse_shared_option(&name)));
+        }
         if left_to_others(statement) {
             return None;
         }

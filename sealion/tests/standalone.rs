@@ -330,6 +330,48 @@ async fn bad_input_gets_a_clear_error_and_loses_nothing_else() {
     assert_eq!(rows[0].get::<_, i64>(0), 5);
 }
 
+/// A session cannot change the node's DataFusion options: they are shared
+/// by every session and tenant (a `SET` that datafusion-postgres would run
+/// on the shared context held for every later query, HTTP ones too). The
+/// variables drivers set on connect still answer `SET`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_cannot_set_options_for_every_other_session() {
+    let s = start_standalone().await;
+    let default = s
+        .http
+        .rows("public", "SHOW datafusion.execution.batch_size")
+        .await[0][1]
+        .clone();
+    let pg = pg_connect(&s.pg_addr, "public").await;
+    for q in [
+        "SET datafusion.execution.batch_size = 2",
+        "SET DataFusion.Execution.Batch_Size TO 3",
+        "SET LOCAL datafusion.optimizer.max_passes = 1",
+    ] {
+        let e = pg.simple_query(q).await.unwrap_err();
+        assert_eq!(e.code().unwrap().code(), "0A000", "{q}: {e}");
+        let e = pg.execute(q, &[]).await.unwrap_err();
+        assert_eq!(e.code().unwrap().code(), "0A000", "{q}: {e}");
+    }
+    // What drivers send on connect is still taken.
+    pg.simple_query("SET application_name = 'dashboards'")
+        .await
+        .unwrap();
+    pg.simple_query("SET extra_float_digits = 3").await.unwrap();
+    pg.simple_query("SET TIME ZONE 'UTC'").await.unwrap();
+    // Nothing changed for anyone (the HTTP API reads the node's options;
+    // pgwire's SHOW answers only PostgreSQL's variables), and the session
+    // still works.
+    assert_eq!(
+        s.http
+            .rows("public", "SHOW datafusion.execution.batch_size")
+            .await[0][1],
+        default
+    );
+    let rows = pg.query("SELECT 1 + 1", &[]).await.unwrap();
+    assert_eq!(rows[0].get::<_, i64>(0), 2);
+}
+
 /// psycopg, Python's driver, speaks the extended protocol with its own type
 /// handling. The check runs where Python has psycopg; CI installs it and
 /// sets SEALION_REQUIRE_PSYCOPG=1 so a missing driver fails there.
