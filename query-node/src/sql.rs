@@ -57,7 +57,7 @@ pub enum Rows {
     /// The shared state is not rebuilt per query (`SessionStateBuilder`
     /// would register every function again).
     Planned {
-        state: Box<SessionState>,
+        state: Arc<SessionState>,
         plan: LogicalPlan,
         runtime: Arc<RuntimeEnv>,
     },
@@ -86,8 +86,7 @@ impl Rows {
                     .query_planner()
                     .create_physical_plan(&plan, state.as_ref())
                     .await?;
-                let task = TaskContext::from(state.as_ref()).with_runtime(runtime);
-                Ok(execute_stream(physical, Arc::new(task))?)
+                Ok(execute_stream(physical, task_context(&state, runtime))?)
             }
             Rows::Frame(df) => Ok(df.execute_stream().await?),
         }
@@ -99,6 +98,78 @@ impl Rows {
     }
 }
 
+/// The context a query's operators run in: the session's id and options
+/// and the query's own runtime (its memory pool).
+///
+/// It carries no function registry. Operators never look functions up
+/// while they run (planning resolved every call to its implementation),
+/// and `TaskContext::from(&SessionState)` copies the registry, some 600
+/// names, for every query: with the copy of the whole state that planning
+/// needs, more than a small answer costs.
+fn task_context(state: &SessionState, runtime: Arc<RuntimeEnv>) -> Arc<TaskContext> {
+    Arc::new(TaskContext::new(
+        None,
+        state.session_id().to_string(),
+        state.config().clone(),
+        Default::default(),
+        Default::default(),
+        Default::default(),
+        Default::default(),
+        runtime,
+    ))
+}
+
+/// Databases whose session state [`ReusedStates`] keeps at most (one
+/// state holds every function's name, some 100 KB); a full map is emptied
+/// before the next one goes in.
+pub const MAX_REUSED_STATES: usize = 256;
+
+/// Per database, a session state made once from the shared one (with that
+/// database as the default schema) for the plans of the plan cache to run
+/// in, instead of a copy per query: a copy is every function's name and
+/// every option, more than a small answer costs.
+///
+/// Only for kept plans: they call no function whose answer depends on the
+/// query's start time (see `plan_cache::reusable`), which is what a fresh
+/// copy would set. A state is made again once the shared options have
+/// changed: each entry holds the `Arc` of the options it was made from, so
+/// a change to the shared ones (`Arc::make_mut`) copies them and the
+/// pointers differ.
+#[derive(Default)]
+pub struct ReusedStates {
+    states: std::sync::Mutex<
+        std::collections::HashMap<
+            String,
+            (Arc<datafusion::config::ConfigOptions>, Arc<SessionState>),
+        >,
+    >,
+}
+
+impl ReusedStates {
+    /// The state kept for `db`, or `make()`'s, kept, when there is none or
+    /// the shared options of `ctx` changed since it was made.
+    pub fn get(
+        &self,
+        ctx: &SessionContext,
+        db: &str,
+        make: impl FnOnce() -> SessionState,
+    ) -> Arc<SessionState> {
+        let options = Arc::clone(ctx.state_ref().read().config().options());
+        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((from, state)) = states.get(db)
+            && Arc::ptr_eq(from, &options)
+        {
+            return Arc::clone(state);
+        }
+        if states.len() >= MAX_REUSED_STATES {
+            states.clear();
+        }
+        let state = Arc::new(make());
+        states.insert(db.to_string(), (options, Arc::clone(&state)));
+        state
+    }
+}
+
 pub struct SqlEngine {
     pub ctx: SessionContext,
     pub shared: Shared,
@@ -106,6 +177,8 @@ pub struct SqlEngine {
     pub memory_limit: u64,
     /// Optimized plans of repeated queries (crate::plan_cache).
     pub plans: crate::plan_cache::PlanCache,
+    /// Session states that plans from `plans` run in.
+    states: ReusedStates,
 }
 
 /// Who runs a statement.
@@ -433,6 +506,7 @@ impl SqlEngine {
             shared,
             memory_limit,
             plans: Default::default(),
+            states: Default::default(),
         }))
     }
 
@@ -505,7 +579,7 @@ impl SqlEngine {
         let (state, plan) = match self.plans.get(version, db, stmt) {
             Some(plan) => {
                 metrics::counter!("sealion_query_plans_reused_total").increment(1);
-                (self.state_for(db), plan)
+                (self.states.get(&self.ctx, db, || self.state_for(db)), plan)
             }
             None => {
                 let (state, plan) = self.plan(db, stmt).await?;
@@ -522,12 +596,12 @@ impl SqlEngine {
                 if keep {
                     self.plans.put(version, db, stmt, optimized.clone());
                 }
-                (state, optimized)
+                (Arc::new(state), optimized)
             }
         };
         let runtime = self.runtime_for(&state);
         let rows = Rows::Planned {
-            state: Box::new(state),
+            state,
             plan,
             runtime,
         };
@@ -807,6 +881,46 @@ mod tests {
         assert_eq!(kind("region"), ColumnKind::Tag);
         assert_eq!(kind("usage"), ColumnKind::Field);
         assert_eq!(t.partition_interval_ns, 3_600_000_000_000);
+    }
+
+    #[test]
+    fn reused_states_are_made_once_per_database_and_again_after_a_shared_change() {
+        let ctx = SessionContext::new();
+        let reused = ReusedStates::default();
+        let made = std::cell::Cell::new(0);
+        let state_for = |db: &str| {
+            made.set(made.get() + 1);
+            let mut state = ctx.state();
+            state.config_mut().options_mut().catalog.default_schema = db.to_string();
+            state
+        };
+        let a = reused.get(&ctx, "a", || state_for("a"));
+        let again = reused.get(&ctx, "a", || state_for("a"));
+        assert!(Arc::ptr_eq(&a, &again));
+        let b = reused.get(&ctx, "b", || state_for("b"));
+        assert_eq!(made.get(), 2);
+        assert_eq!(a.config().options().catalog.default_schema, "a");
+        assert_eq!(b.config().options().catalog.default_schema, "b");
+        // A change to the shared options is seen: the state is made again.
+        let before = a.config().options().optimizer.max_passes;
+        ctx.state_ref()
+            .write()
+            .config_mut()
+            .options_mut()
+            .optimizer
+            .max_passes = before + 7;
+        let changed = reused.get(&ctx, "a", || state_for("a"));
+        assert_eq!(made.get(), 3);
+        assert_eq!(changed.config().options().optimizer.max_passes, before + 7);
+        assert!(Arc::ptr_eq(
+            &changed,
+            &reused.get(&ctx, "a", || state_for("a"))
+        ));
+        // Bounded: past the limit the map starts again.
+        for i in 0..MAX_REUSED_STATES + 1 {
+            reused.get(&ctx, &format!("db{i}"), || state_for("x"));
+        }
+        assert!(reused.states.lock().unwrap().len() <= MAX_REUSED_STATES);
     }
 
     #[test]
