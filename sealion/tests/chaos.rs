@@ -269,11 +269,7 @@ async fn chaos_against_the_compose_cluster_every_acknowledged_row_survives() {
 async fn run_chaos(mut c: Cluster, seed: u64, seconds: u64) {
     let mut rng = Rng(seed);
     let day = 86_400_000_000_000i64;
-    let now_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64;
-    let base_ns = (now_ns / day - 20) * day;
+    let base_ns = midnight_days_ago_ns(20);
 
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..CLIENTS)

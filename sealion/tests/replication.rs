@@ -15,12 +15,7 @@ use common::*;
 /// Start of the rows' time: three days before now, at midnight, so that the
 /// rows fall in partitions that have ended (they can be sealed).
 fn base_ns() -> i64 {
-    let day = 86_400i64;
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    (now_s / day - 3) * day * 1_000_000_000
+    midnight_days_ago_ns(3)
 }
 
 /// Rows `first..first+n` of table `w`: row i has tag k = c{i % 4}, value i,

@@ -1376,12 +1376,7 @@ async fn concurrent_writers_to_one_partition_lose_nothing_beside_a_seal() {
     let mut s = start_standalone().await;
     // Two days before today: one partition, and one that has ended, so
     // the seal among the writes seals it.
-    let day_ns = 86_400_000_000_000i64;
-    let now_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64;
-    let base = (now_ns / day_ns - 2) * day_ns;
+    let base = midnight_days_ago_ns(2);
     const WRITERS: u64 = 6;
     const BATCHES: u64 = 12;
     const ROWS: u64 = 50;

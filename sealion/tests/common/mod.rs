@@ -559,6 +559,21 @@ impl Rng {
     }
 }
 
+/// Now, in nanoseconds since the epoch.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+/// Midnight (UTC) `days` days before today's, in nanoseconds: the start of
+/// a day partition that has ended, for rows a seal may take.
+pub fn midnight_days_ago_ns(days: i64) -> i64 {
+    let day = 86_400_000_000_000i64;
+    (now_ns() / day - days) * day
+}
+
 /// A pseudo-random number, different on every call and in every process.
 pub fn rand_u16() -> u16 {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
