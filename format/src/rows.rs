@@ -398,6 +398,10 @@ fn encode_field(out: &mut Vec<u8>, field: &Source, row: usize) -> Result<()> {
     Ok(())
 }
 
+/// The rows a builder has room for when the caller does not say: Arrow's
+/// own default.
+const DEFAULT_BUILDER_ROWS: usize = 1024;
+
 /// An Arrow builder for one column of Sealion's types; shared by the open
 /// partition's scans and the sealed file's reader.
 pub(crate) enum ColumnBuilder {
@@ -411,16 +415,24 @@ pub(crate) enum ColumnBuilder {
 
 impl ColumnBuilder {
     pub(crate) fn for_column(c: &Column) -> ColumnBuilder {
+        Self::with_capacity(c, DEFAULT_BUILDER_ROWS)
+    }
+
+    /// A builder with room for `rows` values before it grows: a scan that
+    /// knows it hands on a handful of rows (a latest row, a top ten) does
+    /// not allocate a thousand slots for each of its columns.
+    pub(crate) fn with_capacity(c: &Column, rows: usize) -> ColumnBuilder {
         match (c.kind(), c.data_type()) {
             (ColumnKind::Time, _) | (_, DataType::Timestamp) => {
-                ColumnBuilder::Time(TimestampNanosecondBuilder::new())
+                ColumnBuilder::Time(TimestampNanosecondBuilder::with_capacity(rows))
             }
-            (_, DataType::Float64) => ColumnBuilder::F64(Float64Builder::new()),
-            (_, DataType::Int64) => ColumnBuilder::I64(Int64Builder::new()),
-            (_, DataType::Uint64) => ColumnBuilder::U64(UInt64Builder::new()),
-            (_, DataType::Bool) => ColumnBuilder::Bool(BooleanBuilder::new()),
+            (_, DataType::Float64) => ColumnBuilder::F64(Float64Builder::with_capacity(rows)),
+            (_, DataType::Int64) => ColumnBuilder::I64(Int64Builder::with_capacity(rows)),
+            (_, DataType::Uint64) => ColumnBuilder::U64(UInt64Builder::with_capacity(rows)),
+            (_, DataType::Bool) => ColumnBuilder::Bool(BooleanBuilder::with_capacity(rows)),
             (_, DataType::String | DataType::Unspecified) => {
-                ColumnBuilder::Str(StringBuilder::new())
+                // Tag values are short: sixteen bytes a value to start.
+                ColumnBuilder::Str(StringBuilder::with_capacity(rows, rows * 16))
             }
         }
     }
@@ -458,7 +470,15 @@ pub struct BatchBuilder {
 
 impl BatchBuilder {
     pub fn new(columns: Vec<Column>) -> Self {
-        let builders = columns.iter().map(ColumnBuilder::for_column).collect();
+        Self::with_capacity(columns, DEFAULT_BUILDER_ROWS)
+    }
+
+    /// A builder with room for `rows` rows per column before it grows.
+    pub fn with_capacity(columns: Vec<Column>, rows: usize) -> Self {
+        let builders = columns
+            .iter()
+            .map(|c| ColumnBuilder::with_capacity(c, rows))
+            .collect();
         BatchBuilder {
             columns,
             builders,

@@ -870,7 +870,8 @@ impl<'a> Output<'a> {
     }
 
     fn send_kept(&mut self, rows: Vec<Kept>) -> Result<()> {
-        let mut builder = BatchBuilder::new(self.query.projection.clone());
+        let room = rows.len().min(SCAN_BATCH_ROWS);
+        let mut builder = BatchBuilder::with_capacity(self.query.projection.clone(), room);
         for r in rows {
             if self.stopped {
                 return Ok(());
