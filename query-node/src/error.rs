@@ -29,6 +29,9 @@ pub enum Error {
     /// A query needed more memory than its limit allows.
     #[error("out of memory: {0}")]
     OutOfMemory(String),
+    /// A query ran past its time limit and was cancelled.
+    #[error("{0}")]
+    Timeout(String),
     #[error("{0}")]
     DataFusion(DataFusionError),
     #[error("internal error: {0}")]
@@ -121,6 +124,7 @@ impl Error {
             Error::NotSupported(m) => Error::NotSupported(m.clone()),
             Error::Unavailable(m) => Error::Unavailable(m.clone()),
             Error::OutOfMemory(m) => Error::OutOfMemory(m.clone()),
+            Error::Timeout(m) => Error::Timeout(m.clone()),
             Error::Internal(m) => Error::Internal(m.clone()),
             Error::DataFusion(_) => return None,
         })
@@ -137,6 +141,7 @@ impl Error {
             Error::AlreadyExists(_) => StatusCode::CONFLICT,
             Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Unavailable(_) | Error::OutOfMemory(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::DataFusion(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -155,6 +160,8 @@ impl Error {
             Error::NotSupported(_) => "0A000",
             Error::Unavailable(_) => "57P03",
             Error::OutOfMemory(_) => "53200",
+            // query_canceled, what PostgreSQL answers at statement_timeout.
+            Error::Timeout(_) => "57014",
             Error::DataFusion(_) | Error::Internal(_) => "XX000",
         }
     }

@@ -154,10 +154,11 @@ async fn run_sql(ctx: &QueryContext, db: &str, text: &str) -> crate::Result<SqlA
     }
     let mut last = SqlAnswer::Affected("EMPTY".into(), 0);
     for stmt in &statements {
+        let deadline = ctx.sql.deadline(None);
         last = match ctx.sql.execute(db, stmt).await? {
             Output::Rows(rows) => {
                 let schema: SchemaRef = rows.schema();
-                let batches = rows.collect().await?;
+                let batches = rows.collect_by(deadline).await?;
                 let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
                 if rows > MAX_RESULT_ROWS {
                     return Err(Error::TooLarge(format!(

@@ -5,15 +5,21 @@
 //! of its own: it picks the database from the connection's startup
 //! parameters, runs catalog statements through meta, and turns errors into
 //! the SQLSTATE codes clients expect (42P01 for a missing table, 42703 for a
-//! missing column) instead of a generic internal error.
+//! missing column) instead of a generic internal error. Queries sent over
+//! the extended protocol run on Sealion's own query path
+//! ([`SealionExtended`]), with the per-query memory limit and the plan
+//! cache, as queries over the simple protocol and HTTP do.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{ObjectName, Set, Statement};
+use datafusion::arrow::datatypes::DataType;
+use datafusion_postgres::arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
 use datafusion_postgres::arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::hooks::cursor::CursorStatementHook;
@@ -22,7 +28,13 @@ use datafusion_postgres::hooks::transactions::TransactionStatementHook;
 use datafusion_postgres::pgwire::api::auth::StartupHandler;
 use datafusion_postgres::pgwire::api::auth::noop::NoopStartupHandler;
 use datafusion_postgres::pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
-use datafusion_postgres::pgwire::api::portal::Format;
+use datafusion_postgres::pgwire::api::Type;
+use datafusion_postgres::pgwire::api::portal::{Format, Portal};
+use datafusion_postgres::pgwire::api::stmt::QueryParser;
+use datafusion_postgres::pgwire::api::store::PortalStore;
+use datafusion_postgres::pgwire::api::ClientPortalStore;
+use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
+use datafusion_postgres::pgwire::messages::response::TransactionStatus;
 use datafusion_postgres::pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use datafusion_postgres::pgwire::api::results::{QueryResponse, Response, Tag};
 use datafusion_postgres::pgwire::api::{ClientInfo, ConnectionManager, PgWireServerHandlers};
@@ -50,6 +62,19 @@ fn database_of(client: &(dyn ClientInfo + Send + Sync)) -> String {
         .filter(|d| !d.is_empty())
         .cloned()
         .unwrap_or_else(|| sealion_common::catalog::DEFAULT_DATABASE.to_string())
+}
+
+/// The session's `statement_timeout`, which datafusion-postgres's
+/// `SET statement_timeout` keeps in the connection's metadata under this
+/// key (in milliseconds; absent when 0). A test sets it over the wire and
+/// sees a query cancelled, so a change of key upstream does not go unseen.
+fn statement_timeout(client: &(dyn ClientInfo + Send + Sync)) -> Option<Duration> {
+    client
+        .metadata()
+        .get("statement_timeout_ms")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
 }
 
 /// Statements left to datafusion-postgres's own hooks (session settings,
@@ -123,22 +148,31 @@ fn affected(tag: &str, rows: u64) -> Response {
     Response::Execution(t)
 }
 
-/// Rows in the PostgreSQL text format, streamed as they are computed; an
-/// error before the first row keeps its SQLSTATE.
-async fn encode_rows(rows: Rows, options: Arc<FormatOptions>) -> PgWireResult<QueryResponse> {
+/// Rows in the PostgreSQL wire format, streamed as they are computed; an
+/// error keeps its SQLSTATE, before the first row or after.
+/// `format` is the client's choice of text or binary per column (always
+/// text over the simple protocol).
+async fn encode_rows(
+    rows: Rows,
+    options: Arc<FormatOptions>,
+    format: &Format,
+    deadline: Option<Instant>,
+) -> PgWireResult<QueryResponse> {
     let fields = Arc::new(arrow_schema_to_pg_fields(
         &rows.schema(),
-        &Format::UnifiedText,
+        format,
         Some(options),
     )?);
-    let batches = rows.execute_stream().await.map_err(pg_error)?;
+    let batches = rows.execute_stream_by(deadline).await.map_err(pg_error)?;
     let row_fields = fields.clone();
     let data = batches
         .map(
             move |batch| -> Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync> {
                 match batch {
                     Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
-                    Err(e) => Box::new(std::iter::once(Err(PgWireError::ApiError(e.into())))),
+                    // With its SQLSTATE (53200 for a query over its memory
+                    // limit), as an error before the stream started has.
+                    Err(e) => Box::new(std::iter::once(Err(pg_error(Error::from(e))))),
                 }
             },
         )
@@ -161,10 +195,13 @@ impl QueryHook for SealionHook {
             return None;
         }
         let db = database_of(&*client);
+        let deadline = self.sql.deadline(statement_timeout(&*client));
         let result = match self.sql.execute(&db, statement).await {
             Ok(Output::Rows(rows)) => {
                 let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-                encode_rows(rows, options).await.map(Response::Query)
+                encode_rows(rows, options, &Format::UnifiedText, deadline)
+                    .await
+                    .map(Response::Query)
             }
             Ok(Output::Affected { tag, rows }) => Ok(affected(&tag, rows)),
             Err(e) => Err(pg_error(e)),
@@ -220,11 +257,14 @@ impl QueryHook for SealionHook {
             // default path binds parameters and encodes in the portal's format.
             return None;
         }
+        let deadline = self.sql.deadline(statement_timeout(&*client));
         Some(match self.sql.execute(&db, statement).await {
             Ok(Output::Affected { tag, rows }) => Ok(affected(&tag, rows)),
             Ok(Output::Rows(rows)) => {
                 let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-                encode_rows(rows, options).await.map(Response::Query)
+                encode_rows(rows, options, &Format::UnifiedText, deadline)
+                    .await
+                    .map(Response::Query)
             }
             Err(e) => Err(pg_error(e)),
         })
@@ -242,8 +282,136 @@ impl NoopStartupHandler for Startup {
     }
 }
 
+/// The extended protocol (Parse, Bind, Execute: what most drivers speak)
+/// on Sealion's query path. datafusion-postgres runs a bound plan on the
+/// node's one shared context, outside the query's own memory pool, so a
+/// query sent this way would escape `--query-memory-limit-mb`; here a
+/// query (`SELECT`, `WITH`, `VALUES`...) runs as one sent over the simple
+/// protocol does: in its database's state, in a memory pool of its own,
+/// and, when it has no parameters, from the plan cache. Everything else
+/// (writes, catalog statements, session settings, cursors) goes to
+/// datafusion-postgres and its hooks, [`SealionHook`] first.
+pub struct SealionExtended {
+    service: Arc<DfSessionService>,
+    sql: Arc<SqlEngine>,
+}
+
+type DfStatement = <DfSessionService as ExtendedQueryHandler>::Statement;
+
+impl SealionExtended {
+    /// The rows of the portal's query, its parameters bound.
+    async fn rows<C>(
+        &self,
+        client: &C,
+        portal: &Portal<DfStatement>,
+        statement: &Statement,
+        plan: &LogicalPlan,
+    ) -> PgWireResult<Rows>
+    where
+        C: ClientInfo + Send + Sync,
+    {
+        let db = database_of(client);
+        let types = plan.get_parameter_types().map_err(df_error)?;
+        if types.is_empty() {
+            // The plan cache's plan, unless the table changed since the
+            // statement was described (the client expects those columns).
+            if let Output::Rows(rows) = self.sql.execute(&db, statement).await.map_err(pg_error)?
+                && same_columns(&rows.schema(), plan)
+            {
+                return Ok(rows);
+            }
+            return self.sql.execute_bound(&db, plan).map_err(pg_error);
+        }
+        // Positional order: $1, $2, ... (the map has no order).
+        let mut inferred: Vec<(u32, Option<DataType>)> = types
+            .into_iter()
+            .map(|(id, t)| (id.trim_start_matches('$').parse().unwrap_or(u32::MAX), t))
+            .collect();
+        inferred.sort_by_key(|(n, _)| *n);
+        let inferred: Vec<Option<&DataType>> = inferred.iter().map(|(_, t)| t.as_ref()).collect();
+        // The types the client was told when it described the statement.
+        let told = self
+            .service
+            .query_parser()
+            .get_parameter_types(&portal.statement.statement)?;
+        let told: Vec<Option<&Type>> = told.iter().map(Some).collect();
+        let values = deserialize_parameters_with_server_types(portal, &inferred, &told)?;
+        let bound = plan
+            .clone()
+            .replace_params_with_values(&values)
+            .map_err(df_error)?;
+        self.sql.execute_bound(&db, &bound).map_err(pg_error)
+    }
+}
+
+fn df_error(e: datafusion::error::DataFusionError) -> PgWireError {
+    pg_error(Error::from(e))
+}
+
+/// Whether `rows` has the columns (names and types) `plan` describes.
+fn same_columns(rows: &datafusion::arrow::datatypes::Schema, plan: &LogicalPlan) -> bool {
+    let described = plan.schema().as_arrow();
+    rows.fields().len() == described.fields().len()
+        && rows
+            .fields()
+            .iter()
+            .zip(described.fields().iter())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for SealionExtended {
+    type Statement = DfStatement;
+    type QueryParser = <DfSessionService as ExtendedQueryHandler>::QueryParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.service.query_parser()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo
+            + ClientPortalStore
+            + futures::Sink<PgWireBackendMessage>
+            + Unpin
+            + Send
+            + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: std::fmt::Debug,
+        PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
+    {
+        let service = &*self.service;
+        let (_, Some((statement, plan))) = &portal.statement.statement else {
+            return ExtendedQueryHandler::do_query(service, client, portal, max_rows).await;
+        };
+        if !matches!(statement, Statement::Query(_)) {
+            return ExtendedQueryHandler::do_query(service, client, portal, max_rows).await;
+        }
+        if client.transaction_status() == TransactionStatus::Error {
+            return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                "ERROR".to_string(),
+                "25P02".to_string(),
+                "current transaction is aborted, commands ignored until end of transaction block"
+                    .to_string(),
+            ))));
+        }
+        let deadline = self.sql.deadline(statement_timeout(&*client));
+        let rows = self.rows(&*client, portal, statement, plan).await?;
+        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        encode_rows(rows, options, &portal.result_column_format, deadline)
+            .await
+            .map(Response::Query)
+    }
+}
+
 pub struct PgHandlers {
     service: Arc<DfSessionService>,
+    extended: Arc<SealionExtended>,
     startup: Arc<Startup>,
     cancel: Arc<DefaultCancelHandler>,
 }
@@ -258,8 +426,13 @@ impl PgHandlers {
         ];
         let ctx = Arc::new(sql.ctx.clone());
         let connections = Arc::new(ConnectionManager::new());
+        let service = Arc::new(DfSessionService::new_with_hooks(ctx, hooks));
         PgHandlers {
-            service: Arc::new(DfSessionService::new_with_hooks(ctx, hooks)),
+            extended: Arc::new(SealionExtended {
+                service: service.clone(),
+                sql,
+            }),
+            service,
             startup: Arc::new(Startup {
                 connections: connections.clone(),
             }),
@@ -274,7 +447,7 @@ impl PgWireServerHandlers for PgHandlers {
     }
 
     fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
-        self.service.clone()
+        self.extended.clone()
     }
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {

@@ -25,6 +25,8 @@ pub struct QueryConfig {
     pub pg_max_connections: usize,
     /// Most bytes one query's operators may reserve (0: no limit).
     pub query_memory_limit_bytes: u64,
+    /// Longest one query may run (`None`: no limit).
+    pub query_timeout: Option<Duration>,
     /// A storage node in this process (standalone): its scans are called,
     /// not streamed over loopback.
     pub local_storage: Option<LocalStorage>,
@@ -50,7 +52,11 @@ impl QueryServer {
             storage,
             router,
         };
-        let sql = SqlEngine::new(shared.clone(), cfg.query_memory_limit_bytes)?;
+        let sql = SqlEngine::new(
+            shared.clone(),
+            cfg.query_memory_limit_bytes,
+            cfg.query_timeout,
+        )?;
         let ctx = Arc::new(QueryContext {
             shared,
             sql: sql.clone(),

@@ -6,6 +6,7 @@
 //! through meta, because the catalog lives in meta and not in DataFusion.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayRef, StringArray};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef};
@@ -19,6 +20,8 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::physical_plan::execute_stream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::StreamExt;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
@@ -93,9 +96,52 @@ impl Rows {
     }
 
     pub async fn collect(self) -> Result<Vec<RecordBatch>> {
-        let stream = self.execute_stream().await?;
+        self.collect_by(None).await
+    }
+
+    /// [`Rows::execute_stream`], held to `deadline` (see
+    /// [`SqlEngine::deadline`]): planning must end before it, and the
+    /// stream ends with [`Error::Timeout`] once it passes, which drops the
+    /// plan and so cancels the query's work here and on storage nodes.
+    pub async fn execute_stream_by(
+        self,
+        deadline: Option<Instant>,
+    ) -> Result<SendableRecordBatchStream> {
+        let Some(deadline) = deadline else {
+            return self.execute_stream().await;
+        };
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let stream = tokio::time::timeout_at(deadline, self.execute_stream())
+            .await
+            .map_err(|_| timed_out())??;
+        let schema = stream.schema();
+        let bounded = futures::stream::unfold(Some(stream), move |left| async move {
+            let mut stream = left?;
+            tokio::select! {
+                biased;
+                item = stream.next() => item.map(|item| (item, Some(stream))),
+                () = tokio::time::sleep_until(deadline) => Some((
+                    Err(datafusion::error::DataFusionError::External(Box::new(timed_out()))),
+                    None,
+                )),
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, bounded)))
+    }
+
+    /// Every batch, held to `deadline` as [`Rows::execute_stream_by`] is.
+    pub async fn collect_by(self, deadline: Option<Instant>) -> Result<Vec<RecordBatch>> {
+        let stream = self.execute_stream_by(deadline).await?;
         Ok(datafusion::physical_plan::common::collect(stream).await?)
     }
+}
+
+fn timed_out() -> Error {
+    Error::Timeout(
+        "canceling statement due to statement timeout (--query-timeout-secs, or the \
+         session's statement_timeout)"
+            .to_string(),
+    )
 }
 
 /// The context a query's operators run in: the session's id and options
@@ -175,6 +221,9 @@ pub struct SqlEngine {
     pub shared: Shared,
     /// Most bytes one query's operators may reserve (0: no limit).
     pub memory_limit: u64,
+    /// Longest one query may run (`None`: no limit); a session may ask
+    /// for less ([`SqlEngine::deadline`]).
+    pub query_timeout: Option<Duration>,
     /// Optimized plans of repeated queries (crate::plan_cache).
     pub plans: crate::plan_cache::PlanCache,
     /// Session states that plans from `plans` run in.
@@ -468,7 +517,11 @@ fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
 }
 
 impl SqlEngine {
-    pub fn new(shared: Shared, memory_limit: u64) -> Result<Arc<Self>> {
+    pub fn new(
+        shared: Shared,
+        memory_limit: u64,
+        query_timeout: Option<Duration>,
+    ) -> Result<Arc<Self>> {
         let config = SessionConfig::new()
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(CATALOG, DEFAULT_DATABASE)
@@ -505,9 +558,21 @@ impl SqlEngine {
             ctx,
             shared,
             memory_limit,
+            query_timeout,
             plans: Default::default(),
             states: Default::default(),
         }))
+    }
+
+    /// When a query started now must have ended: the node's limit or the
+    /// session's (`SET statement_timeout` over pgwire), whichever is
+    /// shorter. A session can shorten the node's limit, never lift it.
+    pub fn deadline(&self, session: Option<Duration>) -> Option<Instant> {
+        let limit = match (self.query_timeout, session) {
+            (Some(node), Some(session)) => Some(node.min(session)),
+            (node, session) => node.or(session),
+        };
+        limit.map(|l| Instant::now() + l)
     }
 
     /// A session state whose unqualified table names resolve in `db` (a
@@ -548,6 +613,21 @@ impl SqlEngine {
             .statement_to_plan(DfStatement::Statement(Box::new(stmt.clone())))
             .await?;
         Ok((state, plan))
+    }
+
+    /// The rows of a query a client prepared (the extended protocol), its
+    /// parameters bound: optimized in a fresh copy of the database's state
+    /// (a fresh start time for `now()`) and run in a memory pool of its
+    /// own, as [`SqlEngine::execute`] runs a query.
+    pub fn execute_bound(&self, db: &str, plan: &LogicalPlan) -> Result<Rows> {
+        let state = self.state_for(db);
+        let plan = state.optimize(plan)?;
+        let runtime = self.runtime_for(&state);
+        Ok(Rows::Planned {
+            state: Arc::new(state),
+            plan,
+            runtime,
+        })
     }
 
     /// Whether `stmt` is an INSERT of literal rows that

@@ -161,6 +161,19 @@ struct FrontArgs {
     /// error and the node goes on (0: no limit).
     #[arg(long, env = "SEALION_QUERY_MEMORY_LIMIT_MB", default_value_t = 1024)]
     query_memory_limit_mb: u64,
+    /// Longest one query may run, in seconds, over HTTP and PostgreSQL; a
+    /// query still running then is cancelled with an error (SQLSTATE
+    /// 57014, HTTP 504). A pgwire session's `SET statement_timeout` can
+    /// shorten it, not lift it (0: no limit).
+    #[arg(long, env = "SEALION_QUERY_TIMEOUT_SECS", default_value_t = 300)]
+    query_timeout_secs: u64,
+}
+
+impl FrontArgs {
+    fn query_timeout(&self) -> Option<std::time::Duration> {
+        (self.query_timeout_secs > 0)
+            .then(|| std::time::Duration::from_secs(self.query_timeout_secs))
+    }
 }
 
 /// The background work of a storage node (and of standalone).
@@ -261,6 +274,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 meta_addrs: a.meta,
                 pg_max_connections: a.front.pg_max_connections,
                 query_memory_limit_bytes: a.front.query_memory_limit_mb.saturating_mul(1 << 20),
+                query_timeout: a.front.query_timeout(),
                 local_storage: None,
             })
             .await
@@ -315,6 +329,7 @@ async fn standalone(a: StandaloneArgs) -> anyhow::Result<()> {
         meta_addrs: vec![meta_addr],
         pg_max_connections: a.front.pg_max_connections,
         query_memory_limit_bytes: a.front.query_memory_limit_mb.saturating_mul(1 << 20),
+        query_timeout: a.front.query_timeout(),
         // One process: scans call the storage node instead of dialing it.
         local_storage: Some(storage.local_storage()),
     })

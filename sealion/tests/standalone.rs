@@ -1368,6 +1368,144 @@ async fn repeated_queries_reuse_plans_and_still_see_every_change() {
     );
 }
 
+/// Drivers speak the extended protocol (Parse, Bind, Execute). A query
+/// sent that way is held to the per-query memory limit as one sent over
+/// HTTP or the simple protocol is (datafusion-postgres alone ran it on the
+/// node's shared context, with no limit), binds its parameters, answers in
+/// the binary format tokio-postgres asks for, and runs on a kept plan when
+/// it has no parameters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_protocol_queries_keep_the_memory_limit_bind_parameters_and_reuse_plans() {
+    let s = start_standalone_with(&["--query-memory-limit-mb", "8"]).await;
+    let http = &s.http;
+    let t = now_ns();
+    let (status, body) = http
+        .write(
+            "public",
+            format!(
+                "m,host=a v=1.0 {}\nm,host=a v=2.5 {}\nm,host=b v=4.0 {t}\n",
+                t - 2_000,
+                t - 1_000
+            ),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let pg = pg_connect(&s.pg_addr, "public").await;
+
+    // A hash join's build side of two million keys needs far more than
+    // 8 MiB: refused with 53200 however it is sent.
+    let join = "SELECT count(*) FROM generate_series(1, 2000000) AS a(x) \
+                JOIN generate_series(1, 2000000) AS b(y) ON a.x = b.y";
+    let e = pg.simple_query(join).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "53200", "simple protocol: {e}");
+    let e = pg.query(join, &[]).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "53200", "extended protocol: {e}");
+    let bound = format!("{join} WHERE a.x > $1");
+    let e = pg.query(bound.as_str(), &[&0i64]).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "53200", "with a parameter: {e}");
+
+    // The connection goes on; a parameter is bound and the answer comes
+    // back in binary. (No ORDER BY here or below: a sort reserves more
+    // than 8 MiB up front, so the rows are put in order here.)
+    let rows = pg
+        .query("SELECT host, v FROM m WHERE v > $1", &[&2.0f64])
+        .await
+        .unwrap();
+    let mut got: Vec<(String, f64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    got.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    assert_eq!(got, vec![("a".to_string(), 2.5), ("b".to_string(), 4.0)]);
+    let rows = pg
+        .query("SELECT count(*) FROM m WHERE host = $1", &[&"a"])
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, i64>(0), 2);
+
+    // Without parameters the second run takes the first one's plan.
+    let q = "SELECT host, count(*) AS n FROM m GROUP BY host";
+    let first = pg.query(q, &[]).await.unwrap();
+    let reused = counter(http, "sealion_query_plans_reused_total").await;
+    let second = pg.query(q, &[]).await.unwrap();
+    assert_eq!(
+        counter(http, "sealion_query_plans_reused_total").await,
+        reused + 1.0,
+        "the repeated query reused its plan"
+    );
+    let pairs = |rows: &[tokio_postgres::Row]| -> Vec<(String, i64)> {
+        let mut p: Vec<(String, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        p.sort();
+        p
+    };
+    assert_eq!(pairs(&first), vec![("a".into(), 2), ("b".into(), 1)]);
+    assert_eq!(pairs(&second), pairs(&first));
+
+    // A new column after the statement was described: the kept plan's
+    // columns differ, so the statement's own plan answers.
+    let stmt = pg.prepare("SELECT * FROM m").await.unwrap();
+    let described = stmt.columns().len();
+    let (status, body) = http
+        .write("public", format!("m,host=c v=5.0,w=6.0 {}\n", t + 1))
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let rows = pg.query(&stmt, &[]).await.unwrap();
+    assert_eq!(rows[0].len(), described, "the columns it was told");
+}
+
+/// A query that would run for hours: a trillion generated rows.
+const ENDLESS: &str = "SELECT count(*) FROM generate_series(1, 1000000000000)";
+
+/// `--query-timeout-secs` cancels a query still running at the limit, over
+/// HTTP and over both PostgreSQL protocols, with SQLSTATE 57014; a
+/// session's `SET statement_timeout` cannot lift it; the node goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_past_the_node_time_limit_is_cancelled() {
+    let s = start_standalone_with(&["--query-timeout-secs", "1"]).await;
+    let (status, body) = s.http.sql("public", ENDLESS).await;
+    assert_eq!(status, 504, "{body}");
+    assert_eq!(body["sqlstate"], "57014", "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("timeout"),
+        "{body}"
+    );
+
+    let pg = pg_connect(&s.pg_addr, "public").await;
+    let e = pg.simple_query(ENDLESS).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "57014", "simple protocol: {e}");
+    let e = pg.query(ENDLESS, &[]).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "57014", "extended protocol: {e}");
+    // A longer session limit does not lift the node's.
+    pg.simple_query("SET statement_timeout = '1min'").await.unwrap();
+    let e = pg.query(ENDLESS, &[]).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "57014", "{e}");
+
+    // The node and the connection go on.
+    let rows = pg
+        .query("SELECT count(*) FROM generate_series(1, 1000)", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, i64>(0), 1000);
+    assert_eq!(s.http.rows("public", "SELECT 1").await[0][0], 1);
+}
+
+/// A pgwire session's `SET statement_timeout` cancels its own queries
+/// (both protocols) well inside the node's limit (300 s by default), and
+/// `SET statement_timeout = 0` gives the node's limit back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_statement_timeout_cancels_its_queries() {
+    let s = start_standalone().await;
+    let pg = pg_connect(&s.pg_addr, "public").await;
+    pg.simple_query("SET statement_timeout = 300").await.unwrap();
+    let e = pg.simple_query(ENDLESS).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "57014", "simple protocol: {e}");
+    let e = pg.query(ENDLESS, &[]).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "57014", "extended protocol: {e}");
+    pg.simple_query("SET statement_timeout = 0").await.unwrap();
+    let rows = pg
+        .query("SELECT count(*) FROM generate_series(1, 1000)", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, i64>(0), 1000);
+}
+
 /// Writers that write to one partition at once (with one copy they no
 /// longer wait on each other's sync) and a seal among them: every
 /// acknowledged row is there, after a kill too.
