@@ -288,7 +288,8 @@ impl NoopStartupHandler for Startup {
 /// query sent this way would escape `--query-memory-limit-mb`; here a
 /// query (`SELECT`, `WITH`, `VALUES`...) runs as one sent over the simple
 /// protocol does: in its database's state, in a memory pool of its own,
-/// and, when it has no parameters, from the plan cache. Everything else
+/// and, when it has no parameters, from the plan cache; so does `EXPLAIN`
+/// (`EXPLAIN ANALYZE` runs its query). Everything else
 /// (writes, catalog statements, session settings, cursors) goes to
 /// datafusion-postgres and its hooks, [`SealionHook`] first.
 pub struct SealionExtended {
@@ -389,7 +390,8 @@ impl ExtendedQueryHandler for SealionExtended {
         let (_, Some((statement, plan))) = &portal.statement.statement else {
             return ExtendedQueryHandler::do_query(service, client, portal, max_rows).await;
         };
-        if !matches!(statement, Statement::Query(_)) {
+        // Queries, and EXPLAIN (whose ANALYZE runs the query).
+        if !matches!(statement, Statement::Query(_) | Statement::Explain { .. }) {
             return ExtendedQueryHandler::do_query(service, client, portal, max_rows).await;
         }
         if client.transaction_status() == TransactionStatus::Error {

@@ -1403,6 +1403,9 @@ async fn extended_protocol_queries_keep_the_memory_limit_bind_parameters_and_reu
     let bound = format!("{join} WHERE a.x > $1");
     let e = pg.query(bound.as_str(), &[&0i64]).await.unwrap_err();
     assert_eq!(e.code().unwrap().code(), "53200", "with a parameter: {e}");
+    let analyze = format!("EXPLAIN ANALYZE {join}");
+    let e = pg.query(analyze.as_str(), &[]).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "53200", "EXPLAIN ANALYZE: {e}");
 
     // The connection goes on; a parameter is bound and the answer comes
     // back in binary. (No ORDER BY here or below: a sort reserves more
