@@ -172,7 +172,7 @@ async fn encode_rows(
                     Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
                     // With its SQLSTATE (53200 for a query over its memory
                     // limit), as an error before the stream started has.
-                    Err(e) => Box::new(std::iter::once(Err(pg_error(Error::from(e))))),
+                    Err(e) => Box::new(std::iter::once(Err(df_error(e)))),
                 }
             },
         )
