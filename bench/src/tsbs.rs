@@ -109,17 +109,51 @@ pub fn generate_hosts(
     rows_per_host: usize,
     chunk: usize,
 ) -> Vec<RecordBatch> {
-    let schema = arrow_schema(&columns());
-    let tags: Vec<Vec<String>> = (first..first + hosts).map(host_tags).collect();
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ first as u64);
-    let mut walk: Vec<[i64; 10]> = (0..hosts)
-        .map(|_| std::array::from_fn(|_| rng.below(101) as i64))
-        .collect();
-    let total = hosts * rows_per_host;
-    let mut batches = Vec::new();
-    let mut start = 0;
-    while start < total {
-        let end = (start + chunk).min(total);
+    Batches::new(first, hosts, rows_per_host, chunk).collect()
+}
+
+/// The rows of [`generate_hosts`] made a batch at a time, for data sets
+/// larger than memory should hold.
+pub struct Batches {
+    schema: arrow::datatypes::SchemaRef,
+    tags: Vec<Vec<String>>,
+    rng: Rng,
+    walk: Vec<[i64; 10]>,
+    hosts: usize,
+    chunk: usize,
+    next: usize,
+    total: usize,
+}
+
+impl Batches {
+    pub fn new(first: usize, hosts: usize, rows_per_host: usize, chunk: usize) -> Self {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ first as u64);
+        let walk = (0..hosts)
+            .map(|_| std::array::from_fn(|_| rng.below(101) as i64))
+            .collect();
+        Batches {
+            schema: arrow_schema(&columns()),
+            tags: (first..first + hosts).map(host_tags).collect(),
+            rng,
+            walk,
+            hosts,
+            chunk: chunk.max(1),
+            next: 0,
+            total: hosts * rows_per_host,
+        }
+    }
+}
+
+impl Iterator for Batches {
+    type Item = RecordBatch;
+
+    fn next(&mut self) -> Option<RecordBatch> {
+        let (start, hosts) = (self.next, self.hosts);
+        if start >= self.total {
+            return None;
+        }
+        let end = (start + self.chunk).min(self.total);
+        self.next = end;
         let mut time = Vec::with_capacity(end - start);
         let mut tag_cols: Vec<Vec<&str>> = vec![Vec::with_capacity(end - start); 10];
         let mut field_cols: Vec<Vec<f64>> = vec![Vec::with_capacity(end - start); 10];
@@ -127,12 +161,12 @@ pub fn generate_hosts(
             let (k, h) = (i / hosts, i % hosts);
             time.push(DAY0_NS + k as i64 * STEP_NS);
             for (t, col) in tag_cols.iter_mut().enumerate() {
-                col.push(&tags[h][t]);
+                col.push(&self.tags[h][t]);
             }
             for (f, col) in field_cols.iter_mut().enumerate() {
-                let step = rng.below(11) as i64 - 5;
-                walk[h][f] = (walk[h][f] + step).clamp(0, 100);
-                col.push(walk[h][f] as f64);
+                let step = self.rng.below(11) as i64 - 5;
+                self.walk[h][f] = (self.walk[h][f] + step).clamp(0, 100);
+                col.push(self.walk[h][f] as f64);
             }
         }
         let mut arrays: Vec<ArrayRef> = vec![Arc::new(
@@ -148,13 +182,11 @@ pub fn generate_hosts(
                 .into_iter()
                 .map(|c| Arc::new(Float64Array::from(c)) as ArrayRef),
         );
-        batches.push(
-            RecordBatch::try_new(schema.clone(), arrays)
+        Some(
+            RecordBatch::try_new(self.schema.clone(), arrays)
                 .expect("generated batch matches its schema"),
-        );
-        start = end;
+        )
     }
-    batches
 }
 
 /// User plus system CPU seconds of this process so far.

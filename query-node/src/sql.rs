@@ -21,7 +21,6 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::physical_plan::execute_stream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use futures::StreamExt;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
@@ -30,6 +29,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
+use futures::StreamExt;
 use sealion_common::catalog::{DEFAULT_DATABASE, find_table, kind_name, type_name};
 use sealion_common::catalog::{MAX_REPLICATION_FACTOR, MAX_SHARDS};
 use sealion_common::proto::meta_command::Cmd;

@@ -1476,7 +1476,9 @@ async fn a_query_past_the_node_time_limit_is_cancelled() {
     let e = pg.query(ENDLESS, &[]).await.unwrap_err();
     assert_eq!(e.code().unwrap().code(), "57014", "extended protocol: {e}");
     // A longer session limit does not lift the node's.
-    pg.simple_query("SET statement_timeout = '1min'").await.unwrap();
+    pg.simple_query("SET statement_timeout = '1min'")
+        .await
+        .unwrap();
     let e = pg.query(ENDLESS, &[]).await.unwrap_err();
     assert_eq!(e.code().unwrap().code(), "57014", "{e}");
 
@@ -1496,7 +1498,9 @@ async fn a_query_past_the_node_time_limit_is_cancelled() {
 async fn a_session_statement_timeout_cancels_its_queries() {
     let s = start_standalone().await;
     let pg = pg_connect(&s.pg_addr, "public").await;
-    pg.simple_query("SET statement_timeout = 300").await.unwrap();
+    pg.simple_query("SET statement_timeout = 300")
+        .await
+        .unwrap();
     let e = pg.simple_query(ENDLESS).await.unwrap_err();
     assert_eq!(e.code().unwrap().code(), "57014", "simple protocol: {e}");
     let e = pg.query(ENDLESS, &[]).await.unwrap_err();

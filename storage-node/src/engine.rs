@@ -455,12 +455,52 @@ impl EncodedWrite {
     }
 }
 
+/// How RocksDB keeps the open rows: the knobs the ingest benchmark
+/// (`bench/src/ingest.rs`) varies. [`RowStoreOptions::default`] is what a
+/// storage node runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowStoreOptions {
+    /// Bytes of one memtable of the rows' column family.
+    pub write_buffer_bytes: usize,
+    /// Memtables kept (the one written, plus those waiting to flush).
+    pub max_write_buffers: i32,
+    /// Level-0 files that start a compaction into level 1.
+    pub l0_compaction_trigger: i32,
+    /// Level-0 files past which writes are slowed, then stopped.
+    pub l0_slowdown_files: i32,
+    pub l0_stop_files: i32,
+    /// Flush and compaction threads.
+    pub background_jobs: i32,
+    /// Bytes of level 1 (each level below holds ten times more).
+    pub level1_bytes: u64,
+}
+
+impl Default for RowStoreOptions {
+    fn default() -> Self {
+        // RocksDB's own defaults.
+        RowStoreOptions {
+            write_buffer_bytes: 64 << 20,
+            max_write_buffers: 2,
+            l0_compaction_trigger: 4,
+            l0_slowdown_files: 20,
+            l0_stop_files: 36,
+            background_jobs: 2,
+            level1_bytes: 256 << 20,
+        }
+    }
+}
+
 impl Engine {
     /// Opens (or creates) the engine under `root`: RocksDB in `root/rows`,
     /// sealed files in `root/sealed`. Files that no seal recorded (left by a
     /// crash mid-seal) are deleted; a recorded file that cannot be opened is
     /// an error naming it, never silently skipped.
     pub fn open(root: &Path) -> Result<Self> {
+        Self::open_with(root, &RowStoreOptions::default())
+    }
+
+    /// [`Engine::open`] with the open rows kept as `tuning` says.
+    pub fn open_with(root: &Path, tuning: &RowStoreOptions) -> Result<Self> {
         let rows_dir = root.join("rows");
         let sealed_dir = root.join(SEALED_DIR);
         std::fs::create_dir_all(&rows_dir)?;
@@ -468,6 +508,13 @@ impl Engine {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
+        opts.set_write_buffer_size(tuning.write_buffer_bytes);
+        opts.set_max_write_buffer_number(tuning.max_write_buffers);
+        opts.set_level_zero_file_num_compaction_trigger(tuning.l0_compaction_trigger);
+        opts.set_level_zero_slowdown_writes_trigger(tuning.l0_slowdown_files);
+        opts.set_level_zero_stop_writes_trigger(tuning.l0_stop_files);
+        opts.set_max_background_jobs(tuning.background_jobs);
+        opts.set_max_bytes_for_level_base(tuning.level1_bytes);
         // LZ4 at every level. Open rows live until their partition is
         // sealed into Sealion's own files, so RocksDB's bottom level holds
         // them briefly; zstd there (as before) made the L0 -> L1
@@ -816,6 +863,12 @@ impl Engine {
         self.db
             .wait_for_compact(&rocksdb::WaitForCompactOptions::default())?;
         Ok(())
+    }
+
+    /// A RocksDB property of the open rows' column family (`rocksdb.stats`,
+    /// `rocksdb.num-files-at-level0`...), for benchmarks and diagnostics.
+    pub fn rows_property(&self, name: &str) -> Result<Option<String>> {
+        Ok(self.db.property_value(name)?)
     }
 
     pub fn sealed_file(&self, partition_id: u64) -> Result<Option<Arc<SealedFile>>> {
