@@ -20,7 +20,8 @@ use anyhow::Context;
 use arrow::array::{Array, TimestampNanosecondArray};
 use arrow::record_batch::RecordBatch;
 use clap::Parser;
-use sealion_bench::tsbs::{Batches, DAY0_NS, columns, cpu_seconds, peak_rss_mib};
+use sealion_bench::tsbs::{Batches, DAY0_NS, columns, cpu_seconds, median, peak_rss_mib};
+use sealion_common::proto::ScanRequest;
 use sealion_storage::engine::{Engine, RowStoreOptions};
 
 const DAY_NS: i64 = 86_400_000_000_000;
@@ -67,6 +68,9 @@ struct Args {
     /// Bytes of level 1, MiB.
     #[arg(long)]
     level1_mib: Option<u64>,
+    /// Levels, from level 0, written uncompressed (the rest: LZ4).
+    #[arg(long)]
+    uncompressed_levels: Option<usize>,
 }
 
 impl Args {
@@ -84,6 +88,7 @@ impl Args {
             l0_stop_files: self.l0_stop_files.unwrap_or(d.l0_stop_files),
             background_jobs: self.background_jobs.unwrap_or(d.background_jobs),
             level1_bytes: self.level1_mib.map_or(d.level1_bytes, |m| m << 20),
+            uncompressed_levels: self.uncompressed_levels.unwrap_or(d.uncompressed_levels),
         }
     }
 }
@@ -109,6 +114,32 @@ fn by_day(batch: RecordBatch) -> Vec<(u64, RecordBatch)> {
         }
     }
     out
+}
+
+/// Milliseconds a scan of every row and column of partition `pid` takes,
+/// the median of three.
+fn scan_ms(engine: &Engine, pid: u64) -> anyhow::Result<f64> {
+    let req = ScanRequest {
+        table_id: 1,
+        partition_ids: vec![pid],
+        start_ns: i64::MIN,
+        end_ns: i64::MAX,
+        projection: columns(),
+        table_columns: columns(),
+        ..Default::default()
+    };
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let mut rows = 0;
+        engine.scan(&req, |b| {
+            rows += b.num_rows();
+            true
+        })?;
+        anyhow::ensure!(rows > 0, "the scan of partition {pid} found no rows");
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(times).1)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -223,12 +254,29 @@ fn main() -> anyhow::Result<()> {
         cpu / wall,
         peak_rss_mib()
     );
+    let newest = (DAY0_NS + (readings as i64 - 1) * sealion_bench::tsbs::STEP_NS - DAY0_NS)
+        .div_euclid(DAY_NS) as u64
+        + 1;
+    let level0 = |e: &Engine| -> anyhow::Result<String> {
+        Ok(e.rows_property("rocksdb.num-files-at-level0")?
+            .unwrap_or_default())
+    };
+    println!(
+        "- a full scan of the newest (open) partition right after the writes, {} level-0 files: {:.0} ms (median of 3)",
+        level0(&engine)?,
+        scan_ms(&engine, newest)?
+    );
     let (c1, t1) = (cpu_seconds(), Instant::now());
     engine.wait_for_background_work()?;
     println!(
         "- then RocksDB's flushes and compactions took {:.1} s more ({:.1} CPU-seconds)",
         t1.elapsed().as_secs_f64(),
         cpu_seconds() - c1
+    );
+    println!(
+        "- the same scan once they are done, {} level-0 files: {:.0} ms",
+        level0(&engine)?,
+        scan_ms(&engine, newest)?
     );
     let stats = engine
         .rows_property("rocksdb.stats")?
