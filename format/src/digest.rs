@@ -17,6 +17,8 @@ use std::hash::Hasher;
 
 use twox_hash::XxHash64;
 
+use sealion_common::proto::Column;
+
 use crate::rows::for_each_field;
 use crate::sealed::SortedRow;
 use crate::{Error, Result};
@@ -33,15 +35,17 @@ pub struct RowDigest {
 }
 
 impl RowDigest {
-    /// Adds one row. `partition_id` only names the partition in the error
-    /// for a malformed row value.
-    pub fn add(&mut self, partition_id: u64, row: &SortedRow) -> Result<()> {
+    /// Adds one row of a table whose columns are `columns` (which name the
+    /// fields of a row stored by column index, so both row formats of the
+    /// same fields hash alike). `partition_id` only names the partition in
+    /// the error for a malformed row value.
+    pub fn add(&mut self, partition_id: u64, columns: &[Column], row: &SortedRow) -> Result<()> {
         let mut key = XxHash64::with_seed(KEY_SEED);
         key.write(&(row.series.len() as u64).to_le_bytes());
         key.write(&row.series);
         key.write(&row.time_ns.to_le_bytes());
         let mut fields = 0u64;
-        let ok = for_each_field(&row.value, |name, ty, payload| {
+        let ok = for_each_field(&row.value, columns, |name, ty, payload| {
             let mut h = XxHash64::with_seed(FIELD_SEED);
             h.write(&(name.len() as u64).to_le_bytes());
             h.write(name.as_bytes());
@@ -53,7 +57,8 @@ impl RowDigest {
             return Err(Error::Corrupt {
                 partition_id,
                 reason: format!(
-                    "row value of series {:?} at {} cannot be read",
+                    "row value of series {:?} at {} cannot be read (or names a column \
+                     this node does not know yet)",
                     String::from_utf8_lossy(&row.series),
                     row.time_ns
                 ),
@@ -70,11 +75,12 @@ impl RowDigest {
     /// The digest of `rows`, stopping at the first error.
     pub fn of(
         partition_id: u64,
+        columns: &[Column],
         rows: impl IntoIterator<Item = Result<SortedRow>>,
     ) -> Result<Self> {
         let mut d = RowDigest::default();
         for row in rows {
-            d.add(partition_id, &row?)?;
+            d.add(partition_id, columns, &row?)?;
         }
         Ok(d)
     }
@@ -91,6 +97,7 @@ mod tests {
     use super::*;
     use crate::rows::{Value, encode_series};
     use crate::sealed::value::{put_field, start_value};
+    use sealion_common::proto::{ColumnKind, DataType};
 
     fn value(fields: &[(&str, Value)]) -> Vec<u8> {
         let mut out = Vec::new();
@@ -110,7 +117,7 @@ mod tests {
     }
 
     fn digest(rows: &[SortedRow]) -> RowDigest {
-        RowDigest::of(1, rows.iter().cloned().map(Ok)).unwrap()
+        RowDigest::of(1, &[], rows.iter().cloned().map(Ok)).unwrap()
     }
 
     #[test]
@@ -149,7 +156,65 @@ mod tests {
     fn a_malformed_row_value_is_an_error_naming_the_partition() {
         let mut bad = row("a", 1, &[("u", Value::Str("long".into()))]);
         bad.value.truncate(bad.value.len() - 2);
-        let err = RowDigest::of(7, [Ok(bad)]).unwrap_err().to_string();
+        let err = RowDigest::of(7, &[], [Ok(bad)]).unwrap_err().to_string();
         assert!(err.contains("partition 7"), "{err}");
+    }
+
+    fn column(name: &str, kind: ColumnKind, data_type: DataType) -> Column {
+        Column {
+            name: name.into(),
+            kind: kind as i32,
+            data_type: data_type as i32,
+        }
+    }
+
+    #[test]
+    fn a_row_stored_by_column_index_digests_as_the_same_row_stored_by_names() {
+        use arrow::array::{Float64Array, Int64Array, StringArray, TimestampNanosecondArray};
+        use std::sync::Arc;
+        let columns = vec![
+            column("time", ColumnKind::Time, DataType::Timestamp),
+            column("host", ColumnKind::Tag, DataType::String),
+            column("u", ColumnKind::Field, DataType::Float64),
+            column("n", ColumnKind::Field, DataType::Int64),
+        ];
+        let batch = arrow::record_batch::RecordBatch::try_new(
+            sealion_common::catalog::arrow_schema(&columns),
+            vec![
+                Arc::new(TimestampNanosecondArray::from(vec![1, 2]).with_timezone("UTC")),
+                Arc::new(StringArray::from(vec!["a", "b"])),
+                Arc::new(Float64Array::from(vec![Some(1.5), Some(2.0)])),
+                Arc::new(Int64Array::from(vec![Some(3), None])),
+            ],
+        )
+        .unwrap();
+        let stored: Vec<SortedRow> = crate::rows::encode_batch(1, &columns, &batch)
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| {
+                let (_, series, time_ns) = crate::rows::decode_key(&k).unwrap();
+                SortedRow {
+                    series: series.to_vec(),
+                    time_ns,
+                    value: v,
+                }
+            })
+            .collect();
+        assert_eq!(stored[0].value[0], crate::rows::ROW_FORMAT_V2);
+        let by_names = [
+            row("a", 1, &[("u", Value::F64(1.5)), ("n", Value::I64(3))]),
+            row("b", 2, &[("u", Value::F64(2.0))]),
+        ];
+        let of = |rows: &[SortedRow], columns: &[Column]| {
+            RowDigest::of(1, columns, rows.iter().cloned().map(Ok))
+        };
+        assert_eq!(
+            of(&stored, &columns).unwrap(),
+            of(&by_names, &columns).unwrap()
+        );
+        // A reader that does not know column `n` yet cannot name it: an
+        // error, never a digest of other rows.
+        let err = of(&stored, &columns[..3]).unwrap_err().to_string();
+        assert!(err.contains("does not know"), "{err}");
     }
 }

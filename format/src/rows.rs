@@ -9,10 +9,18 @@
 //! time. A row is unique by (series key, time): writing it again replaces it,
 //! which is Sealion's last-write-wins rule.
 //!
-//! Fields are `name length (u16) | name | type (u8) | payload`, null fields
-//! omitted. The format is self-describing so a row can be decoded without the
-//! table's schema; the column store (sealed partitions) replaces it for data
-//! whose time has passed.
+//! Fields are stored with null fields omitted, each as `field | type (u8) |
+//! payload`. Format 2 (what writes store) names a field by the index of its
+//! column in the table's column list (an unsigned LEB128 varint): columns
+//! are only ever appended to that list, in one order that meta's log fixes,
+//! so an index means one column forever, and a row of ten fields takes 101
+//! bytes instead of format 1's 221 for TSBS's names (the write-ahead log,
+//! memtables, flushes and compactions all carried the names). Format 1
+//! (`name length (u16) | name`) is still read: stores written before
+//! format 2, and the rows a sealed file hands back (`sealed/value.rs`),
+//! which carry their names. Decoding therefore takes the table's columns;
+//! a format-2 index past the reader's columns is a column the reader does
+//! not know yet (its view of the catalog is older than the writer's).
 
 use std::sync::Arc;
 
@@ -27,9 +35,11 @@ use sealion_common::proto::{Column, ColumnKind, DataType};
 
 use crate::{Error, Result};
 
-// The row value format, shared with the sealed file's writer and reader
-// (which re-encode rows in it).
+// The row value format by names, shared with the sealed file's writer and
+// reader (which re-encode rows in it).
 pub(crate) const ROW_FORMAT_V1: u8 = 1;
+/// The row value format by column index, which writes store.
+pub(crate) const ROW_FORMAT_V2: u8 = 2;
 
 pub(crate) const T_F64: u8 = 1;
 pub(crate) const T_I64: u8 = 2;
@@ -135,10 +145,17 @@ impl<'a> Reader<'a> {
         self.take(4)
             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
     }
-    fn u64(&mut self) -> Option<u64> {
-        self.take(8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_be_bytes)
+    /// An unsigned LEB128 varint of at most ten bytes.
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
     }
     fn str16(&mut self) -> Option<&'a str> {
         let n = self.u16()?;
@@ -185,65 +202,40 @@ pub fn decode_series(series: &[u8]) -> Option<Vec<(&str, &str)>> {
     Some(out)
 }
 
-/// Decodes a row value into (field name, value) pairs.
-pub fn decode_fields(value: &[u8]) -> Option<Vec<(&str, Value)>> {
-    let mut out = Vec::new();
-    let mut names_ok = true;
-    let well_formed = for_each_field_value(value, |name, v| match std::str::from_utf8(name) {
-        Ok(name) => {
-            out.push((name, v));
-            true
-        }
-        Err(_) => {
-            names_ok = false;
-            false
-        }
-    });
-    (well_formed && names_ok).then_some(out)
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
 }
 
-/// Calls `f(name, value)` for each field of a row value, in the order
-/// stored, until `f` returns false; the name as bytes, not checked as UTF-8
-/// (callers compare it with names they know and check it only when it is
-/// new to them). False when the value is malformed (text values must be
-/// UTF-8); `f` has then seen the fields before the fault.
-pub fn for_each_field_value<'a>(
-    value: &'a [u8],
-    mut f: impl FnMut(&'a [u8], Value) -> bool,
-) -> bool {
-    let mut r = Reader { buf: value };
-    if r.u8() != Some(ROW_FORMAT_V1) {
-        return false;
-    }
-    while !r.buf.is_empty() {
-        let Some(name) = r.u16().and_then(|n| r.take(n)) else {
-            return false;
-        };
-        let v = match r.u8() {
-            Some(T_F64) => r.u64().map(|x| Value::F64(f64::from_bits(x))),
-            Some(T_I64) => r.u64().map(|x| Value::I64(x as i64)),
-            Some(T_U64) => r.u64().map(Value::U64),
-            Some(T_BOOL) => r.u8().map(|x| Value::Bool(x != 0)),
-            Some(T_STR) => r.str32().map(|x| Value::Str(x.to_string())),
-            _ => None,
-        };
-        let Some(v) = v else { return false };
-        if !f(name, v) {
-            return true;
-        }
-    }
-    true
+/// How a stored field is named.
+#[derive(Debug, Clone, Copy)]
+enum FieldKey<'a> {
+    /// Format 1: the name itself.
+    Name(&'a [u8]),
+    /// Format 2: the index of its column in the table's column list.
+    Index(u64),
 }
 
-/// Calls `f(name, type, payload)` for each field of a row value, in the
-/// order stored; false when the value is malformed.
-pub fn for_each_field(value: &[u8], mut f: impl FnMut(&str, u8, &[u8])) -> bool {
+/// Calls `f(key, type, payload)` for each field of a row value, in the
+/// order stored, until `f` returns false; false when the value is
+/// malformed (then `f` has seen the fields before the fault).
+fn raw_fields<'a>(value: &'a [u8], mut f: impl FnMut(FieldKey<'a>, u8, &'a [u8]) -> bool) -> bool {
     let mut r = Reader { buf: value };
-    if r.u8() != Some(ROW_FORMAT_V1) {
-        return false;
-    }
+    let by_index = match r.u8() {
+        Some(ROW_FORMAT_V1) => false,
+        Some(ROW_FORMAT_V2) => true,
+        _ => return false,
+    };
     while !r.buf.is_empty() {
-        let Some(name) = r.str16() else { return false };
+        let key = if by_index {
+            r.varint().map(FieldKey::Index)
+        } else {
+            r.u16().and_then(|n| r.take(n)).map(FieldKey::Name)
+        };
+        let Some(key) = key else { return false };
         let Some(ty) = r.u8() else { return false };
         let payload = match ty {
             T_F64 | T_I64 | T_U64 => r.take(8),
@@ -252,21 +244,127 @@ pub fn for_each_field(value: &[u8], mut f: impl FnMut(&str, u8, &[u8])) -> bool 
             _ => None,
         };
         let Some(payload) = payload else { return false };
-        f(name, ty, payload);
+        if !f(key, ty, payload) {
+            return true;
+        }
     }
     true
+}
+
+/// The value of a field of type `ty` stored as `payload` (text must be
+/// UTF-8).
+fn value_of(ty: u8, payload: &[u8]) -> Option<Value> {
+    let word = || payload.try_into().ok().map(u64::from_be_bytes);
+    match ty {
+        T_F64 => word().map(|x| Value::F64(f64::from_bits(x))),
+        T_I64 => word().map(|x| Value::I64(x as i64)),
+        T_U64 => word().map(Value::U64),
+        T_BOOL => payload.first().map(|x| Value::Bool(*x != 0)),
+        T_STR => std::str::from_utf8(payload)
+            .ok()
+            .map(|x| Value::Str(x.to_string())),
+        _ => None,
+    }
+}
+
+/// The name of a stored field: its own (format 1), or that of the field
+/// column at its index in `columns` (format 2); `None` when `columns` has
+/// no such column.
+fn name_of<'a>(key: FieldKey<'a>, columns: &'a [Column]) -> Option<&'a [u8]> {
+    match key {
+        FieldKey::Name(n) => Some(n),
+        FieldKey::Index(i) => usize::try_from(i)
+            .ok()
+            .and_then(|i| columns.get(i))
+            .filter(|c| matches!(c.kind(), ColumnKind::Field | ColumnKind::Unspecified))
+            .map(|c| c.name.as_bytes()),
+    }
+}
+
+/// Decodes a row value of a table with columns `columns` into (field name,
+/// value) pairs. A field whose column `columns` does not have (format 2) is
+/// left out: the reader does not know that column yet.
+pub fn decode_fields<'a>(value: &'a [u8], columns: &'a [Column]) -> Option<Vec<(&'a str, Value)>> {
+    let mut out = Vec::new();
+    let mut ok = true;
+    let well_formed = raw_fields(value, |key, ty, payload| {
+        let Some(name) = name_of(key, columns) else {
+            return true;
+        };
+        match (std::str::from_utf8(name), value_of(ty, payload)) {
+            (Ok(name), Some(v)) => {
+                out.push((name, v));
+                true
+            }
+            _ => {
+                ok = false;
+                false
+            }
+        }
+    });
+    (well_formed && ok).then_some(out)
+}
+
+/// Calls `f(name, value)` for each field of a row value of a table with
+/// columns `columns`, in the order stored, until `f` returns false; the
+/// name as bytes, not checked as UTF-8 (callers compare it with names they
+/// know and check it only when it is new to them), `None` for a field
+/// whose column `columns` does not have. False when the value is malformed
+/// (text values must be UTF-8); `f` has then seen the fields before the
+/// fault.
+pub fn for_each_field_value<'a>(
+    value: &'a [u8],
+    columns: &'a [Column],
+    mut f: impl FnMut(Option<&'a [u8]>, Value) -> bool,
+) -> bool {
+    let mut ok = true;
+    let well_formed = raw_fields(value, |key, ty, payload| match value_of(ty, payload) {
+        Some(v) => f(name_of(key, columns), v),
+        None => {
+            ok = false;
+            false
+        }
+    });
+    well_formed && ok
+}
+
+/// Calls `f(name, type, payload)` for each field of a row value of a table
+/// with columns `columns`, in the order stored; false when the value is
+/// malformed or names a column `columns` does not have.
+pub fn for_each_field(
+    value: &[u8],
+    columns: &[Column],
+    mut f: impl FnMut(&str, u8, &[u8]),
+) -> bool {
+    let mut ok = true;
+    let well_formed = raw_fields(value, |key, ty, payload| {
+        match name_of(key, columns).and_then(|n| std::str::from_utf8(n).ok()) {
+            Some(name) => {
+                f(name, ty, payload);
+                true
+            }
+            None => {
+                ok = false;
+                false
+            }
+        }
+    });
+    well_formed && ok
 }
 
 /// How one batch column maps onto the table.
 struct Source<'a> {
     column: &'a Column,
+    /// The column's index in the table's column list.
+    index: usize,
     array: &'a ArrayRef,
 }
 
-/// Encodes every row of `batch` (columns named after `columns`) into RocksDB
-/// key/value pairs for `partition_id`. A batch column that the table lacks,
-/// or whose Arrow type differs from the column's, is an error; nothing of
-/// the batch is written then.
+/// Encodes every row of `batch` (columns named after `columns`, which are
+/// the table's whole column list in the table's order: a field is stored by
+/// its index there) into RocksDB key/value pairs for `partition_id`. A
+/// batch column that the table lacks, or whose Arrow type differs from the
+/// column's, is an error; nothing of the batch is written then.
 pub fn encode_batch(
     partition_id: u64,
     columns: &[Column],
@@ -277,10 +375,11 @@ pub fn encode_batch(
     let mut tags: Vec<(&Column, &StringArray)> = Vec::new();
     let mut fields: Vec<Source> = Vec::new();
     for (i, f) in schema.fields().iter().enumerate() {
-        let column = columns
+        let index = columns
             .iter()
-            .find(|c| &c.name == f.name())
+            .position(|c| &c.name == f.name())
             .ok_or_else(|| Error::Invalid(format!("column {:?} is not in the table", f.name())))?;
+        let column = &columns[index];
         let array = batch.column(i);
         let want = sealion_common::catalog::arrow_type(column.data_type());
         let matches = match (&want, array.data_type()) {
@@ -309,7 +408,11 @@ pub fn encode_batch(
                     .ok_or_else(|| Error::Invalid(format!("tag {:?} is not text", column.name)))?;
                 tags.push((column, text));
             }
-            ColumnKind::Field | ColumnKind::Unspecified => fields.push(Source { column, array }),
+            ColumnKind::Field | ColumnKind::Unspecified => fields.push(Source {
+                column,
+                index,
+                array,
+            }),
         }
     }
     let time = time.ok_or_else(|| Error::Invalid("batch has no time column".into()))?;
@@ -333,12 +436,12 @@ pub fn encode_batch(
             put_str(&mut series, a.value(row))?;
         }
         let mut value = Vec::with_capacity(value_len);
-        value.push(ROW_FORMAT_V1);
+        value.push(ROW_FORMAT_V2);
         for field in &fields {
             if field.array.is_null(row) {
                 continue;
             }
-            put_name(&mut value, &field.column.name)?;
+            put_varint(&mut value, field.index as u64);
             encode_field(&mut value, field, row)?;
         }
         value_len = value.len();
@@ -464,23 +567,28 @@ impl ColumnBuilder {
 /// Builds Arrow batches of the projected columns from decoded rows.
 pub struct BatchBuilder {
     columns: Vec<Column>,
+    /// The table's columns, which name the fields of a stored row.
+    table: Arc<[Column]>,
     builders: Vec<ColumnBuilder>,
     rows: usize,
 }
 
 impl BatchBuilder {
-    pub fn new(columns: Vec<Column>) -> Self {
-        Self::with_capacity(columns, DEFAULT_BUILDER_ROWS)
+    /// A builder of `columns` (a projection) from rows of a table whose
+    /// columns are `table`.
+    pub fn new(columns: Vec<Column>, table: Arc<[Column]>) -> Self {
+        Self::with_capacity(columns, table, DEFAULT_BUILDER_ROWS)
     }
 
     /// A builder with room for `rows` rows per column before it grows.
-    pub fn with_capacity(columns: Vec<Column>, rows: usize) -> Self {
+    pub fn with_capacity(columns: Vec<Column>, table: Arc<[Column]>, rows: usize) -> Self {
         let builders = columns
             .iter()
             .map(|c| ColumnBuilder::with_capacity(c, rows))
             .collect();
         BatchBuilder {
             columns,
+            table,
             builders,
             rows: 0,
         }
@@ -508,7 +616,7 @@ impl BatchBuilder {
             .iter()
             .any(|c| matches!(c.kind(), ColumnKind::Field | ColumnKind::Unspecified));
         let fields = if needs_fields {
-            decode_fields(value).ok_or_else(|| corrupt("bad row value"))?
+            decode_fields(value, &self.table).ok_or_else(|| corrupt("bad row value"))?
         } else {
             Vec::new()
         };
@@ -625,19 +733,214 @@ mod tests {
         put_name(&mut v, "x").unwrap();
         v.push(T_F64);
         v.extend_from_slice(&1.5f64.to_bits().to_be_bytes());
-        assert_eq!(decode_fields(&v), Some(vec![("x", Value::F64(1.5))]));
+        assert_eq!(decode_fields(&v, &[]), Some(vec![("x", Value::F64(1.5))]));
         for cut in 2..v.len() {
-            assert_eq!(decode_fields(&v[..cut]), None, "cut at {cut}");
+            assert_eq!(decode_fields(&v[..cut], &[]), None, "cut at {cut}");
         }
         assert_eq!(
-            decode_fields(&[ROW_FORMAT_V1]),
+            decode_fields(&[ROW_FORMAT_V1], &[]),
             Some(vec![]),
             "a row with no fields"
         );
-        assert_eq!(decode_fields(&[9]), None, "unknown version");
+        assert_eq!(decode_fields(&[9], &[]), None, "unknown version");
+    }
+
+    fn col(name: &str, kind: ColumnKind, data_type: DataType) -> Column {
+        Column {
+            name: name.into(),
+            kind: kind as i32,
+            data_type: data_type as i32,
+        }
+    }
+
+    /// A table of every field type, its columns in an order that puts a
+    /// field past index 127 (a two-byte varint).
+    fn wide_table() -> Vec<Column> {
+        let mut c = vec![
+            col("time", ColumnKind::Time, DataType::Timestamp),
+            col("host", ColumnKind::Tag, DataType::String),
+        ];
+        c.extend((0..130).map(|i| col(&format!("pad{i}"), ColumnKind::Field, DataType::Bool)));
+        c.extend([
+            col("f", ColumnKind::Field, DataType::Float64),
+            col("i", ColumnKind::Field, DataType::Int64),
+            col("u", ColumnKind::Field, DataType::Uint64),
+            col("b", ColumnKind::Field, DataType::Bool),
+            col("s", ColumnKind::Field, DataType::String),
+        ]);
+        c
+    }
+
+    type Fields = (
+        Option<f64>,
+        Option<i64>,
+        Option<u64>,
+        Option<bool>,
+        Option<String>,
+    );
+
+    /// One row of `wide_table` (only its last five fields set) as a batch
+    /// with the batch's columns `time, host, f, i, u, b, s`.
+    fn wide_row(fields: &Fields) -> RecordBatch {
+        let t = wide_table();
+        let cols: Vec<Column> = [0, 1, 132, 133, 134, 135, 136]
+            .iter()
+            .map(|&i| t[i].clone())
+            .collect();
+        RecordBatch::try_new(
+            arrow_schema(&cols),
+            vec![
+                Arc::new(TimestampNanosecondArray::from(vec![7]).with_timezone("UTC")),
+                Arc::new(StringArray::from(vec!["h"])),
+                Arc::new(Float64Array::from(vec![fields.0])),
+                Arc::new(Int64Array::from(vec![fields.1])),
+                Arc::new(UInt64Array::from(vec![fields.2])),
+                Arc::new(BooleanArray::from(vec![fields.3])),
+                Arc::new(StringArray::from(vec![fields.4.clone()])),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// The same fields by name (format 1), as a sealed file writes them.
+    fn by_names(fields: &Fields) -> Vec<u8> {
+        let mut v = vec![ROW_FORMAT_V1];
+        let mut put = |name: &str, ty: u8, payload: &[u8]| {
+            put_name(&mut v, name).unwrap();
+            v.push(ty);
+            v.extend_from_slice(payload);
+        };
+        if let Some(x) = fields.0 {
+            put("f", T_F64, &x.to_bits().to_be_bytes());
+        }
+        if let Some(x) = fields.1 {
+            put("i", T_I64, &(x as u64).to_be_bytes());
+        }
+        if let Some(x) = fields.2 {
+            put("u", T_U64, &x.to_be_bytes());
+        }
+        if let Some(x) = fields.3 {
+            put("b", T_BOOL, &[u8::from(x)]);
+        }
+        if let Some(x) = &fields.4 {
+            let mut p = (x.len() as u32).to_be_bytes().to_vec();
+            p.extend_from_slice(x.as_bytes());
+            put("s", T_STR, &p);
+        }
+        v
+    }
+
+    #[test]
+    fn rows_are_stored_by_column_index_in_fewer_bytes() {
+        let table = wide_table();
+        let fields: Fields = (Some(1.5), Some(-3), Some(4), Some(true), Some("x".into()));
+        let (_, value) = encode_batch(1, &table, &wide_row(&fields))
+            .unwrap()
+            .remove(0);
+        assert_eq!(value[0], ROW_FORMAT_V2);
+        // Index 132 takes two bytes, the others' too (all past 127): five
+        // fields of 2 + 1 + payload bytes, against 2 + name + 1 + payload.
+        assert_eq!(value.len(), 1 + 5 * 3 + 8 * 3 + 1 + 5);
+        assert_eq!(
+            decode_fields(&value, &table),
+            decode_fields(&by_names(&fields), &table)
+        );
+    }
+
+    #[test]
+    fn a_field_index_the_reader_does_not_know_is_skipped_by_scans_and_refused_by_digests() {
+        let table = wide_table();
+        let fields: Fields = (Some(1.5), None, None, None, Some("x".into()));
+        let (_, value) = encode_batch(1, &table, &wide_row(&fields))
+            .unwrap()
+            .remove(0);
+        // A reader whose columns end before "s" (an older catalog view).
+        let older = &table[..136];
+        assert_eq!(
+            decode_fields(&value, older),
+            Some(vec![("f", Value::F64(1.5))])
+        );
+        assert!(!for_each_field(&value, older, |_, _, _| {}));
+        let mut names = Vec::new();
+        assert!(for_each_field_value(&value, older, |n, _| {
+            names.push(n.map(|n| n.to_vec()));
+            true
+        }));
+        assert_eq!(names, vec![Some(b"f".to_vec()), None]);
+        // An index naming a tag or the time column is no field either.
+        for index in [0u8, 1] {
+            let v = [ROW_FORMAT_V2, index, T_BOOL, 1];
+            assert_eq!(decode_fields(&v, &table), Some(vec![]));
+            assert!(!for_each_field(&v, &table, |_, _, _| {}));
+        }
+    }
+
+    #[test]
+    fn truncated_indexed_values_are_errors_not_garbage() {
+        let table = wide_table();
+        let fields: Fields = (Some(1.5), Some(2), None, Some(false), Some("yz".into()));
+        let (_, value) = encode_batch(1, &table, &wide_row(&fields))
+            .unwrap()
+            .remove(0);
+        // Cut at a field's end, a value is a shorter row; anywhere else, it
+        // is refused. Never a value the row did not hold.
+        let full = decode_fields(&value, &table).unwrap();
+        let mut refused = 0;
+        for cut in 1..value.len() {
+            match decode_fields(&value[..cut], &table) {
+                None => refused += 1,
+                Some(part) => assert_eq!(part, full[..part.len()], "cut at {cut}"),
+            }
+        }
+        // Valid cuts: after the version byte (no fields), and after each of
+        // the first three of the four fields.
+        assert_eq!(refused, value.len() - 1 - 4);
+        // A varint that never ends.
+        let endless = [
+            ROW_FORMAT_V2,
+            0x80,
+            0x80,
+            0x80,
+            0x80,
+            0x80,
+            0x80,
+            0x80,
+            0x80,
+            0x80,
+            0x80,
+            0x01,
+        ];
+        assert_eq!(decode_fields(&endless, &table), None);
     }
 
     proptest! {
+        #[test]
+        fn both_row_formats_decode_to_the_batch_values(
+            f in proptest::option::of(proptest::num::f64::ANY),
+            i in proptest::option::of(proptest::num::i64::ANY),
+            u in proptest::option::of(proptest::num::u64::ANY),
+            b in proptest::option::of(proptest::bool::ANY),
+            s in proptest::option::of(".{0,20}"),
+        ) {
+            let table = wide_table();
+            let fields: Fields = (f, i, u, b, s);
+            let (_, value) = encode_batch(1, &table, &wide_row(&fields)).unwrap().remove(0);
+            let mut want = Vec::new();
+            if let Some(x) = fields.0 { want.push(("f", Value::F64(x))); }
+            if let Some(x) = fields.1 { want.push(("i", Value::I64(x))); }
+            if let Some(x) = fields.2 { want.push(("u", Value::U64(x))); }
+            if let Some(x) = fields.3 { want.push(("b", Value::Bool(x))); }
+            if let Some(x) = fields.4.clone() { want.push(("s", Value::Str(x))); }
+            let bits = |v: Vec<(&str, Value)>| -> Vec<String> {
+                v.into_iter().map(|(n, v)| match v {
+                    Value::F64(x) => format!("{n}={:x}", x.to_bits()),
+                    other => format!("{n}={other:?}"),
+                }).collect()
+            };
+            prop_assert_eq!(bits(decode_fields(&value, &table).unwrap()), bits(want.clone()));
+            prop_assert_eq!(bits(decode_fields(&by_names(&fields), &table).unwrap()), bits(want));
+        }
+
         #[test]
         fn series_keys_round_trip(tags in proptest::collection::btree_map("[a-z]{1,8}", ".{0,12}", 0..5)) {
             let mut s = Vec::new();

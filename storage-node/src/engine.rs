@@ -1073,14 +1073,15 @@ impl Engine {
 
     /// The digest of the partition's rows as a scan sees them now (sealed
     /// rows under late rows, deletes applied): what replicas compare.
-    pub fn digest(&self, partition_id: u64) -> Result<RowDigest> {
+    /// `columns` are the table's, which name the fields of stored rows.
+    pub fn digest(&self, partition_id: u64, columns: &[Column]) -> Result<RowDigest> {
         let (snapshot, file) = {
             let _shared = self.swap.read().map_err(|_| poisoned())?;
             (self.db.snapshot(), self.sealed_file(partition_id)?)
         };
         let open = self.open_range(&snapshot, partition_id, file.is_some())?;
         Ok(match file {
-            None => RowDigest::of(partition_id, open)?,
+            None => RowDigest::of(partition_id, columns, open)?,
             Some(f) => {
                 let deletes: Vec<DeletePredicate> = self
                     .snapshot_deletes(&snapshot, partition_id)?
@@ -1089,6 +1090,7 @@ impl Engine {
                     .collect();
                 RowDigest::of(
                     partition_id,
+                    columns,
                     merge_rows(without_deleted(f.rows(), deletes, partition_id), open),
                 )?
             }
@@ -1180,7 +1182,7 @@ impl Engine {
     ) -> Result<SealOutcome> {
         let outcome = self.seal_inner(partition_id, columns, None, Some(expected), &|| {})?;
         if matches!(outcome, SealOutcome::Empty | SealOutcome::AlreadySealed) {
-            let found = self.digest(partition_id)?;
+            let found = self.digest(partition_id, columns)?;
             if found != expected {
                 return Err(Error::DigestMismatch {
                     partition_id,
@@ -1259,7 +1261,7 @@ impl Engine {
         if let Some(expected) = expected {
             let found = SealedFile::open(&tmp)
                 .map_err(Error::from)
-                .and_then(|f| Ok(RowDigest::of(partition_id, f.rows())?));
+                .and_then(|f| Ok(RowDigest::of(partition_id, columns, f.rows())?));
             let mismatch = match found {
                 Ok(found) if found == expected => None,
                 Ok(found) => Some(Error::DigestMismatch {
@@ -1760,9 +1762,13 @@ mod tests {
         let d2 = tempfile::tempdir().unwrap();
         let two = Engine::open(d2.path()).unwrap();
         two.write(&cols, &[(1, vec![batch(&rows)])]).unwrap();
-        let expected = one.digest(1).unwrap();
+        let expected = one.digest(1, &columns()).unwrap();
         assert_eq!(expected.rows, 3);
-        assert_eq!(two.digest(1).unwrap(), expected, "same rows, same digest");
+        assert_eq!(
+            two.digest(1, &columns()).unwrap(),
+            expected,
+            "same rows, same digest"
+        );
 
         // A copy that lacks a row refuses the seal and stays as it was.
         let d3 = tempfile::tempdir().unwrap();
@@ -1948,7 +1954,7 @@ mod tests {
         );
         let copied = all_rows(&replica, vec![1]);
         assert_eq!(copied.len(), 3);
-        assert_eq!(replica.digest(1).unwrap(), {
+        assert_eq!(replica.digest(1, &columns()).unwrap(), {
             let d3 = tempfile::tempdir().unwrap();
             let model = Engine::open(d3.path()).unwrap();
             model
@@ -1960,7 +1966,7 @@ mod tests {
                     )],
                 )
                 .unwrap();
-            model.digest(1).unwrap()
+            model.digest(1, &columns()).unwrap()
         });
         assert!(replica.batch_marks(1).unwrap().is_empty());
         assert_eq!(all_rows(&replica, vec![2]).len(), 1);
@@ -2501,7 +2507,7 @@ mod tests {
             read = all_rows(&e, vec![1]);
             assert_eq!(e.open_rows(1).unwrap(), 0);
             assert_eq!(e.stats(1).unwrap().rows, 2000);
-            e.digest(1).unwrap();
+            e.digest(1, &columns()).unwrap();
             assert_eq!(e.partition_ids().unwrap(), vec![1, 2]);
         });
         assert_eq!(read, before);

@@ -672,10 +672,19 @@ pub async fn seal_backups(ctx: &NodeContext, state: &ClusterState, pid: u64) -> 
     shrink_in_sync(ctx, state, &[pid], &failed).await
 }
 
+/// The columns of the table partition `pid` belongs to, by `state`.
+fn table_columns(state: &ClusterState, pid: u64) -> Result<Vec<Column>> {
+    partition(state, pid)
+        .and_then(|p| sealion_common::catalog::table_by_id(state, p.table_id))
+        .map(|t| t.columns.clone())
+        .ok_or_else(|| Error::Invalid(format!("table of partition {pid} is not in the catalog")))
+}
+
 /// The digest of this node's copy of `pid`.
 async fn digest(ctx: &NodeContext, pid: u64) -> Result<RowDigest> {
     let engine = ctx.engine.clone();
-    tokio::task::spawn_blocking(move || engine.digest(pid))
+    let columns = table_columns(&ctx.meta.state(), pid)?;
+    tokio::task::spawn_blocking(move || engine.digest(pid, &columns))
         .await
         .map_err(|e| Error::Internal(format!("digest task failed: {e}")))?
 }
@@ -695,19 +704,14 @@ pub async fn seal_as_backup(ctx: &NodeContext, checks: &[SealCheck]) -> Result<V
             rows: c.rows,
             sum: c.digest,
         };
-        let columns = partition(&state, pid)
-            .and_then(|p| sealion_common::catalog::table_by_id(&state, p.table_id))
-            .map(|t| t.columns.clone())
-            .ok_or_else(|| {
-                Error::Invalid(format!("table of partition {pid} is not in the catalog"))
-            })?;
+        let columns = table_columns(&state, pid)?;
         let engine = ctx.engine.clone();
         let seal = c.seal;
         let outcome = tokio::task::spawn_blocking(move || -> Result<Option<SealOutcome>> {
             if seal {
                 return engine.seal_expecting(pid, &columns, expected).map(Some);
             }
-            let found = engine.digest(pid)?;
+            let found = engine.digest(pid, &columns)?;
             if found != expected {
                 return Err(Error::DigestMismatch {
                     partition_id: pid,
@@ -1067,6 +1071,7 @@ pub async fn install(ctx: &Arc<NodeContext>, req: InstallRequest) -> Result<()> 
     } else {
         crate::service::decode_ipc(&req.arrow_ipc)?
     };
+    crate::service::check_columns(&ctx.meta.state(), req.table_id, &req.columns)?;
     let engine = ctx.engine.clone();
     let columns = req.columns;
     let reset = req.reset;

@@ -21,10 +21,10 @@ use sealion_common::local::{LocalScans, LocalWrites, ScanItem, ScanItems};
 use sealion_common::meta_client::MetaClient;
 use sealion_common::proto::storage_server::Storage;
 use sealion_common::proto::{
-    DeleteReply, DeleteRequest, DropPartitionsReply, DropPartitionsRequest, InstallReply,
-    InstallRequest, PartitionStats, PartitionStatsReply, PartitionStatsRequest, ResyncReply,
-    ResyncRequest, ScanMetrics, ScanRequest, SealReply, SealRequest, SealResult, WriteReply,
-    WriteRequest,
+    ClusterState, Column, DeleteReply, DeleteRequest, DropPartitionsReply, DropPartitionsRequest,
+    InstallReply, InstallRequest, PartitionStats, PartitionStatsReply, PartitionStatsRequest,
+    ResyncReply, ResyncRequest, ScanMetrics, ScanRequest, SealReply, SealRequest, SealResult,
+    WriteReply, WriteRequest,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -363,6 +363,33 @@ pub(crate) fn decode_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>> {
 
 /// A write from a router (or, `replicated`, a primary's forward), as the
 /// `Write` RPC and a query node in this process make it.
+/// Checks that `columns`, which a write names its rows' fields by (the
+/// index of a field's column there is what the rows store), agree with
+/// the table's columns as this node knows them: the same column at every
+/// position both lists have. One list may be longer (a column added that
+/// one side has not seen yet); a table this node does not know yet is not
+/// checked.
+pub fn check_columns(state: &ClusterState, table_id: u64, columns: &[Column]) -> Result<()> {
+    let Some(table) = sealion_common::catalog::table_by_id(state, table_id) else {
+        return Ok(());
+    };
+    for (i, (ours, theirs)) in table.columns.iter().zip(columns).enumerate() {
+        if ours != theirs {
+            return Err(Error::Invalid(format!(
+                "the write's column {i} is {:?} ({:?} {:?}); table {} has {:?} ({:?} {:?}) there",
+                theirs.name,
+                theirs.kind(),
+                theirs.data_type(),
+                table.name,
+                ours.name,
+                ours.kind(),
+                ours.data_type()
+            )));
+        }
+    }
+    Ok(())
+}
+
 async fn write(ctx: &Arc<NodeContext>, req: WriteRequest) -> Result<u64, Status> {
     let bytes: usize = req.partitions.iter().map(|p| p.arrow_ipc.len()).sum();
     if bytes > MAX_WRITE_BYTES {
@@ -370,6 +397,7 @@ async fn write(ctx: &Arc<NodeContext>, req: WriteRequest) -> Result<u64, Status>
             "write of {bytes} bytes is over the limit of {MAX_WRITE_BYTES}"
         )));
     }
+    check_columns(&ctx.meta.state(), req.table_id, &req.columns)?;
     let rows = if req.replicated {
         let epochs: Vec<(u64, u64)> = req
             .partitions

@@ -161,7 +161,8 @@ pub struct Query {
     /// `u64::MAX` when there is none.
     pub limit: u64,
     pub mode: Mode,
-    pub table: Vec<Column>,
+    /// The table's columns, which also name the fields of stored rows.
+    pub table: Arc<[Column]>,
 }
 
 /// The partial-state kind a request's function names.
@@ -331,7 +332,7 @@ impl Query {
             projection: req.projection.clone(),
             limit,
             mode,
-            table,
+            table: table.into(),
         })
     }
 
@@ -524,7 +525,7 @@ impl<'a> Output<'a> {
     pub fn new(query: &'a Query, emit: &'a mut dyn FnMut(RecordBatch) -> bool) -> Output<'a> {
         let collector = match &query.mode {
             Mode::Rows => Collector::Rows {
-                builder: BatchBuilder::new(query.projection.clone()),
+                builder: BatchBuilder::new(query.projection.clone(), query.table.clone()),
             },
             Mode::Ordered { desc } => Collector::Ordered {
                 desc: *desc,
@@ -684,9 +685,11 @@ impl<'a> Output<'a> {
                 let fields = match fields {
                     Some(f) => f,
                     None => {
-                        decoded = decode_fields(value).ok_or_else(|| Error::Corrupt {
-                            partition_id,
-                            reason: "bad row value".into(),
+                        decoded = decode_fields(value, &self.query.table).ok_or_else(|| {
+                            Error::Corrupt {
+                                partition_id,
+                                reason: "bad row value".into(),
+                            }
                         })?;
                         &decoded[..]
                     }
@@ -871,7 +874,11 @@ impl<'a> Output<'a> {
 
     fn send_kept(&mut self, rows: Vec<Kept>) -> Result<()> {
         let room = rows.len().min(SCAN_BATCH_ROWS);
-        let mut builder = BatchBuilder::with_capacity(self.query.projection.clone(), room);
+        let mut builder = BatchBuilder::with_capacity(
+            self.query.projection.clone(),
+            self.query.table.clone(),
+            room,
+        );
         for r in rows {
             if self.stopped {
                 return Ok(());
@@ -1035,10 +1042,12 @@ pub fn scan_rows_with(
             continue;
         }
         let fields = if needs_fields {
-            Some(decode_fields(&row.value).ok_or_else(|| Error::Corrupt {
-                partition_id,
-                reason: "bad row value".into(),
-            })?)
+            Some(
+                decode_fields(&row.value, &q.table).ok_or_else(|| Error::Corrupt {
+                    partition_id,
+                    reason: "bad row value".into(),
+                })?,
+            )
         } else {
             None
         };

@@ -59,35 +59,44 @@ struct Row {
 /// The rows as the engine stores them: encoded, in key order, one per
 /// (series, time), the last written winning.
 fn stored(rows: &[Row]) -> Vec<SortedRow> {
+    stored_in(&table(), rows)
+}
+
+/// [`stored`] for a table whose columns (the same five) are `columns`, in
+/// that order: stored fields name their column by its index there.
+fn stored_in(columns: &[Column], rows: &[Row]) -> Vec<SortedRow> {
     if rows.is_empty() {
         return Vec::new();
     }
-    let batch = RecordBatch::try_new(
-        arrow_schema(&table()),
-        vec![
-            Arc::new(StringArray::from(
-                rows.iter()
-                    .map(|r| Some(r.host.clone()))
-                    .collect::<Vec<_>>(),
-            )) as ArrayRef,
-            Arc::new(StringArray::from(
-                rows.iter().map(|r| r.region.clone()).collect::<Vec<_>>(),
-            )),
-            Arc::new(
-                TimestampNanosecondArray::from(rows.iter().map(|r| r.time).collect::<Vec<_>>())
-                    .with_timezone("UTC"),
-            ),
-            Arc::new(Float64Array::from(
-                rows.iter().map(|r| r.usage).collect::<Vec<_>>(),
-            )),
-            Arc::new(Int64Array::from(
-                rows.iter().map(|r| r.count).collect::<Vec<_>>(),
-            )),
-        ],
-    )
-    .unwrap();
+    let arrays = columns
+        .iter()
+        .map(|c| -> ArrayRef {
+            match c.name.as_str() {
+                "host" => Arc::new(StringArray::from(
+                    rows.iter()
+                        .map(|r| Some(r.host.clone()))
+                        .collect::<Vec<_>>(),
+                )),
+                "region" => Arc::new(StringArray::from(
+                    rows.iter().map(|r| r.region.clone()).collect::<Vec<_>>(),
+                )),
+                "time" => Arc::new(
+                    TimestampNanosecondArray::from(rows.iter().map(|r| r.time).collect::<Vec<_>>())
+                        .with_timezone("UTC"),
+                ),
+                "usage" => Arc::new(Float64Array::from(
+                    rows.iter().map(|r| r.usage).collect::<Vec<_>>(),
+                )),
+                "count" => Arc::new(Int64Array::from(
+                    rows.iter().map(|r| r.count).collect::<Vec<_>>(),
+                )),
+                other => panic!("no column {other} in the test table"),
+            }
+        })
+        .collect();
+    let batch = RecordBatch::try_new(arrow_schema(columns), arrays).unwrap();
     let mut map = BTreeMap::new();
-    for (k, v) in encode_batch(PID, &table(), &batch).unwrap() {
+    for (k, v) in encode_batch(PID, columns, &batch).unwrap() {
         map.insert(k, v);
     }
     map.into_iter()
@@ -114,10 +123,11 @@ struct Model {
 }
 
 fn model_rows(rows: &[SortedRow]) -> Vec<Model> {
+    let columns = table();
     rows.iter()
         .map(|r| {
             let tags = crate::rows::decode_series(&r.series).unwrap();
-            let fields = crate::rows::decode_fields(&r.value).unwrap();
+            let fields = crate::rows::decode_fields(&r.value, &columns).unwrap();
             let tag = |n: &str| {
                 tags.iter()
                     .find(|(k, _)| *k == n)
@@ -1389,16 +1399,25 @@ fn rows_outside_the_range_do_not_break_bucketing() {
 /// series key, as the row path does.
 #[test]
 fn a_tag_without_a_column_in_the_file_still_answers() {
-    let rows = stored(&[Row {
-        host: "h0".into(),
-        region: Some("r0".into()),
-        time: 1,
-        usage: Some(1.0),
-        count: Some(1),
-    }]);
+    // Columns are only ever appended, so the seal's older columns are a
+    // prefix of the table's: here the region tag came last.
+    let mut newer = table();
+    let at = newer.iter().position(|c| c.name == "region").unwrap();
+    let region = newer.remove(at);
+    newer.push(region);
+    let rows = stored_in(
+        &newer,
+        &[Row {
+            host: "h0".into(),
+            region: Some("r0".into()),
+            time: 1,
+            usage: Some(1.0),
+            count: Some(1),
+        }],
+    );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.slf");
-    let old: Vec<Column> = table().into_iter().filter(|c| c.name != "region").collect();
+    let old: Vec<Column> = newer[..newer.len() - 1].to_vec();
     let layout = Layout {
         rows_per_group: 16,
         values_per_page: 4,
@@ -1406,10 +1425,12 @@ fn a_tag_without_a_column_in_the_file_still_answers() {
     };
     write_sealed_with(&path, PID, &old, rows.iter().cloned().map(Ok), layout).unwrap();
     let file = SealedFile::open(&path).unwrap();
-    let req = plain_req();
+    let mut req = plain_req();
+    req.projection = newer.clone();
+    req.table_columns = newer.clone();
     let sealed = batch_rows(&run_sealed(&req, &file).0);
     assert_eq!(sealed, batch_rows(&run_plain(&req, &rows).0));
-    assert_eq!(sealed[0][1], "r0");
+    assert_eq!(sealed[0][4], "r0");
 }
 
 /// Every tag pinned: the one series is found by binary search in the

@@ -187,7 +187,7 @@ fn model_cell(c: &Column, row: &SortedRow, file_columns: &[Column]) -> Cell {
             .find(|(n, _)| *n == c.name)
             .map_or(Cell::Null, |(_, v)| Cell::S(v.to_string()));
     }
-    match decode_fields(&row.value)
+    match decode_fields(&row.value, file_columns)
         .unwrap()
         .into_iter()
         .find(|(n, _)| *n == c.name)
@@ -302,10 +302,34 @@ fn check_scan(f: &SealedFile, model: &[SortedRow], file_columns: &[Column], req:
 }
 
 /// Everything the file must say about itself, checked against the model.
+/// `rows` with their fields named (row format 1), in column order: how a
+/// sealed file hands rows back and keeps each series' last row.
+fn named(rows: &[SortedRow], columns: &[Column]) -> Vec<SortedRow> {
+    rows.iter()
+        .map(|row| {
+            let fields = decode_fields(&row.value, columns).unwrap();
+            let mut value = Vec::new();
+            super::value::start_value(&mut value);
+            for c in columns {
+                if let Some((n, v)) = fields.iter().find(|(n, _)| *n == c.name) {
+                    super::value::put_field(&mut value, n, v.into());
+                }
+            }
+            SortedRow {
+                series: row.series.clone(),
+                time_ns: row.time_ns,
+                value,
+            }
+        })
+        .collect()
+}
+
 fn check_file(f: &SealedFile, path: &Path, model: &[SortedRow], rows_per_group: usize) {
-    // rows() returns exactly the input, byte for byte.
+    // rows() returns exactly the input, byte for byte, but for its fields
+    // being named (stored by column index, handed back by name).
+    let model = &named(model, f.columns());
     let back: Vec<SortedRow> = f.rows().collect::<crate::Result<_>>().unwrap();
-    assert_eq!(back, model);
+    assert_eq!(&back, model);
 
     // Summary.
     let series: Vec<&[u8]> = {
@@ -880,8 +904,8 @@ fn version_two_drops_tag_pages_and_reads_as_version_one_does() {
     assert!(s2.bytes < s1.bytes, "{} vs {} bytes", s2.bytes, s1.bytes);
     let rows1: Vec<SortedRow> = v1.rows().map(Result::unwrap).collect();
     let rows2: Vec<SortedRow> = v2.rows().map(Result::unwrap).collect();
-    assert_eq!(rows1, model);
-    assert_eq!(rows2, model);
+    assert_eq!(rows1, named(&model, &columns));
+    assert_eq!(rows2, named(&model, &columns));
     for projection in [
         columns.clone(),
         vec![columns[1].clone(), columns[3].clone()],
@@ -958,7 +982,11 @@ fn a_flipped_byte_in_any_page_fails_the_scan_never_a_wrong_value() {
         );
         for (i, r) in rows.iter().enumerate() {
             if let Ok(r) = r {
-                assert_eq!(r, &model[i], "byte {at}: rows() returned a wrong row");
+                assert_eq!(
+                    r,
+                    &named(&model[i..=i], &columns)[0],
+                    "byte {at}: rows() returned a wrong row"
+                );
             }
         }
     }
@@ -1107,6 +1135,18 @@ fn rows_out_of_order_or_unknown_fields_are_refused_and_leave_no_file() {
     }
     // A field the columns do not have.
     let e = write_sealed(&path, 1, &columns[..2], model.iter().cloned().map(Ok)).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("no field among the table's 2 columns"),
+        "{e}"
+    );
+    let e = write_sealed(
+        &path,
+        1,
+        &columns[..2],
+        named(&model, &columns).into_iter().map(Ok),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("\"v\""), "{e}");
     assert!(!path.exists());
     // A field of the wrong type.
@@ -1123,11 +1163,11 @@ fn rows_out_of_order_or_unknown_fields_are_refused_and_leave_no_file() {
     // than the first, whose field names the writer has then seen.
     let mut cut = model[1].clone();
     cut.value.truncate(cut.value.len() - 3);
-    let mut not_utf8 = model[1].clone();
+    let mut not_utf8 = named(&model[1..2], &columns).remove(0);
     assert_eq!(not_utf8.value[3], b'v');
     not_utf8.value[3] = 0xff;
     for (bad, says) in [(cut, "bad row value"), (not_utf8, "not UTF-8")] {
-        let rows = vec![model[0].clone(), bad];
+        let rows = vec![named(&model[..1], &columns).remove(0), bad];
         let e = write_sealed(&path, 1, &columns, rows.into_iter().map(Ok)).unwrap_err();
         assert!(matches!(e, Error::Corrupt { .. }), "{e}");
         assert!(e.to_string().contains(says), "{e}");

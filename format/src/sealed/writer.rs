@@ -354,6 +354,8 @@ struct CurrentSeries {
 struct Writer<'a> {
     path: &'a Path,
     partition_id: u64,
+    /// The table's columns, which name the fields of the rows.
+    columns: &'a [Column],
     specs: Vec<ChunkSpec>,
     layout: Layout,
     out: BufWriter<File>,
@@ -424,6 +426,7 @@ impl<'a> Writer<'a> {
         Ok(Writer {
             path,
             partition_id,
+            columns,
             slots: vec![None; specs.len()],
             specs,
             layout,
@@ -509,7 +512,15 @@ impl<'a> Writer<'a> {
         // Any error aborts the whole write, so nothing needs undoing.
         let mut failed = None;
         let mut j = 0;
-        let well_formed = for_each_field_value(&value, |name, v| {
+        let columns = self.columns;
+        let well_formed = for_each_field_value(&value, columns, |name, v| {
+            let Some(name) = name else {
+                failed = Some(self.invalid(format!(
+                    "row {row_index}: a field names no field among the table's {} columns",
+                    columns.len()
+                )));
+                return false;
+            };
             match self.field_chunk(j, name, &v, row_index) {
                 Ok(chunk) => {
                     self.slots[chunk] = Some(v);
@@ -631,8 +642,8 @@ impl<'a> Writer<'a> {
         let Some(cur) = self.current.take() else {
             return Ok(());
         };
-        let parsed =
-            decode_fields(&cur.last_value).ok_or_else(|| self.corrupt("bad row value".into()))?;
+        let parsed = decode_fields(&cur.last_value, self.columns)
+            .ok_or_else(|| self.corrupt("bad row value".into()))?;
         let mut last_value = Vec::new();
         value::start_value(&mut last_value);
         for spec in &self.specs {

@@ -970,10 +970,11 @@ impl SealedFile {
             return Ok(false);
         }
         if let Some(f) = &q.filter {
-            let fields = decode_fields(&info.last_value).ok_or_else(|| Error::Corrupt {
-                partition_id: self.partition_id,
-                reason: format!("bad last row in the directory of {}", self.path.display()),
-            })?;
+            let fields =
+                decode_fields(&info.last_value, &q.table).ok_or_else(|| Error::Corrupt {
+                    partition_id: self.partition_id,
+                    reason: format!("bad last row in the directory of {}", self.path.display()),
+                })?;
             if !f.keeps(&crate::scan::filter_values(f, &fields)) {
                 return Ok(false);
             }
