@@ -773,3 +773,48 @@ pub fn metrics_message(m: &ScanMetrics) -> FlightData {
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sealion_common::proto::{ColumnKind, DataType, Table};
+
+    fn col(name: &str, kind: ColumnKind, data_type: DataType) -> Column {
+        Column {
+            name: name.into(),
+            kind: kind as i32,
+            data_type: data_type as i32,
+        }
+    }
+
+    #[test]
+    fn a_write_whose_columns_disagree_with_the_table_at_any_shared_position_is_refused() {
+        let time = col("time", ColumnKind::Time, DataType::Timestamp);
+        let host = col("host", ColumnKind::Tag, DataType::String);
+        let u = col("u", ColumnKind::Field, DataType::Float64);
+        let v = col("v", ColumnKind::Field, DataType::Int64);
+        let state = ClusterState {
+            tables: vec![Table {
+                id: 7,
+                name: "cpu".into(),
+                columns: vec![time.clone(), host.clone(), u.clone()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let ok = |cols: &[Column], table| check_columns(&state, table, cols).is_ok();
+        // A newer list (a column this node has not seen yet), an older one,
+        // the same one, and a table this node does not know yet.
+        assert!(ok(&[time.clone(), host.clone(), u.clone(), v.clone()], 7));
+        assert!(ok(&[time.clone(), host.clone()], 7));
+        assert!(ok(&[time.clone(), host.clone(), u.clone()], 7));
+        assert!(ok(&[u.clone(), time.clone()], 8));
+        // Moved, renamed or retyped columns would make stored indexes name
+        // other columns.
+        let e = check_columns(&state, 7, &[time.clone(), u.clone(), host.clone()]).unwrap_err();
+        assert!(e.to_string().contains("column 1 is \"u\""), "{e}");
+        let retyped = col("u", ColumnKind::Field, DataType::Int64);
+        assert!(!ok(&[time.clone(), host.clone(), retyped], 7));
+        assert!(!ok(&[time, host, v], 7));
+    }
+}
