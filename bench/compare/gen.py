@@ -24,7 +24,11 @@ Randomness is xorshift64* with one stream per (host, field), seeded from
 so the rows do not depend on the numpy or Python version.
 
 Scales (``SCALES``): ``quick`` is 20 hosts x 3 days (518,400 rows);
-``full`` is 100 hosts x 100,000 readings (11.57 days), 10,000,000 rows.
+``full`` is 100 hosts x 100,000 readings (11.57 days), 10,000,000 rows;
+``full-100m`` is 1,000 hosts x 100,000 readings, 100,000,000 rows. Scales
+of more than 20M rows write ``cpu.lp.zst`` and ``cpu.csv.zst`` (zstd) in
+place of the plain files (100M rows of line protocol are 33 GB plain);
+``open_data`` reads either, and the loaders stream them.
 
 The IoT shape (trucks with jitter, gaps and late rows) is in gen_iot.py.
 """
@@ -81,7 +85,43 @@ class Scale:
 SCALES = {
     "quick": Scale("quick", 20, 3 * 8_640),
     "full": Scale("full", 100, 100_000),
+    "full-100m": Scale("full-100m", 1_000, 100_000),
 }
+
+# Scales of more rows than this write their line protocol and CSV zstd
+# compressed.
+COMPRESS_ABOVE_ROWS = 20_000_000
+
+
+def compressed(scale: Scale) -> bool:
+    return scale.rows > COMPRESS_ABOVE_ROWS
+
+
+def data_path(path: Path) -> Path:
+    """``path``, or its ``.zst`` beside it when only that one exists."""
+    z = path.with_name(path.name + ".zst")
+    return z if not path.exists() and z.exists() else path
+
+
+def open_data(path: Path):
+    """A binary reader of the data file ``path`` (or of ``path.zst``,
+    decompressed as it is read)."""
+    p = data_path(path)
+    if p.suffix == ".zst":
+        import zstandard
+        return zstandard.ZstdDecompressor().stream_reader(open(p, "rb"), closefd=True)
+    return open(p, "rb")
+
+
+def _create_text(path: Path, zst: bool):
+    """A text writer of ``path`` (``path.zst``, zstd level 3, when ``zst``)."""
+    if not zst:
+        return open(path, "w", newline="")
+    import io
+    import zstandard
+    raw = open(path.with_name(path.name + ".zst"), "wb")
+    return io.TextIOWrapper(zstandard.ZstdCompressor(level=3, threads=-1).stream_writer(raw, closefd=True),
+                            encoding="utf-8", newline="")
 
 
 def host_tags(h: int) -> list[str]:
@@ -189,7 +229,11 @@ def generate(scale: Scale, out: Path, seed: int = 1) -> dict:
     ]
 
     # Line protocol and CSV, time-major (as a fleet of agents reports).
-    with open(out / "cpu.lp", "w") as lp, open(out / "cpu.csv", "w", newline="") as cf:
+    zst = compressed(scale)
+    for name in ("cpu.lp", "cpu.csv"):
+        for stale in (out / name, out / (name + ".zst")):
+            stale.unlink(missing_ok=True)
+    with _create_text(out / "cpu.lp", zst) as lp, _create_text(out / "cpu.csv", zst) as cf:
         w = csv.writer(cf)
         w.writerow(["time"] + TAGS + FIELDS)
         for k in range(scale.readings_per_host):
@@ -246,8 +290,9 @@ def generate(scale: Scale, out: Path, seed: int = 1) -> dict:
 def _sizes(out: Path) -> dict:
     pbytes = sum(p.stat().st_size for p in (out / "parquet").glob("*.parquet"))
     return {
-        "lp_bytes": (out / "cpu.lp").stat().st_size,
-        "csv_bytes": (out / "cpu.csv").stat().st_size,
+        "lp_file": data_path(out / "cpu.lp").name,
+        "lp_bytes": data_path(out / "cpu.lp").stat().st_size,
+        "csv_bytes": data_path(out / "cpu.csv").stat().st_size,
         "parquet_bytes": pbytes,
         "parquet_files": len(list((out / "parquet").glob("*.parquet"))),
     }
@@ -255,9 +300,12 @@ def _sizes(out: Path) -> dict:
 
 def iter_lp_batches(path: Path, rows_per_batch: int, limit: int | None = None):
     """The line protocol file as request bodies of ``rows_per_batch`` lines,
-    read as they are asked for (the full scale's file is 3.2 GB)."""
+    read as they are asked for (the full scale's file is 3.2 GB; a ``.zst``
+    one is decompressed as it is read)."""
+    import io
     cur, n = [], 0
-    with open(path, "rb") as f:
+    with open_data(path) as raw:
+        f = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw, 1 << 20)
         for line in f:
             cur.append(line)
             n += 1

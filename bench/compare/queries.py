@@ -329,7 +329,7 @@ if __name__ == "__main__":
     sc = SCALES[sys.argv[1] if len(sys.argv) > 1 else "quick"]
     if len(sys.argv) > 2 and sys.argv[2] == "iot":
         from gen_iot import QUERY_DAYS
-        qs = build_iot(sc, QUERY_DAYS[sc.name])
+        qs = build_iot(sc, QUERY_DAYS.get(sc.name, QUERY_DAYS["full"]))
     else:
         qs = build(sc)
     for q in qs:

@@ -68,6 +68,106 @@ def ratios(r: dict) -> dict[str, dict]:
     return out
 
 
+# Issue 7's goals, as the report checks them.
+GOAL_LOOKUP_VS_BTREE = 3.0
+GOAL_LOOKUP_VS_SCAN = 100.0
+GOAL_INGEST_ROWS_S = 300_000
+GOAL_BYTES_PER_VALUE = 0.6
+
+
+def goals(r: dict) -> list[str]:
+    """One line per goal of issue 7 that this run measures: met, or missed
+    by how much."""
+    out: list[str] = []
+    tm = r.get("timings", {})
+    peers = [p for p in _systems(r) if not p.startswith("sealion")]
+
+    def verdict(ok: bool) -> str:
+        return "**met**" if ok else "**missed**"
+
+    # Every query at least as fast as the fastest peer.
+    misses = []
+    timed = 0
+    for q in r.get("queries", []):
+        t = tm.get(q["name"], {})
+        best = min(((t[p]["median"], p) for p in peers if p in t), default=None)
+        if "sealion" not in t or best is None:
+            continue
+        timed += 1
+        ratio = t["sealion"]["median"] / best[0]
+        if ratio > 1.0:
+            misses.append(f"{q['name']} {ratio:.2f}x {best[1]}")
+    if timed:
+        out.append(f"- Every query at least as fast as the fastest peer: {verdict(not misses)}, "
+                   f"{timed - len(misses)} of {timed}"
+                   + (f"; slower on {', '.join(misses)}." if misses else "."))
+    rat = ratios(r)
+    gms = {p: rat[p]["geomean"] for p in peers if rat.get(p, {}).get("geomean")}
+    if gms:
+        behind = {p: g for p, g in gms.items() if g >= 1.0}
+        out.append(f"- Geometric mean ahead of every peer: {verdict(not behind)} ("
+                   + ", ".join(f"{p} {g:.2f}" for p, g in gms.items()) + ").")
+    # The lookups with no time predicate, against the B-tree and a scan of
+    # every row by Sealion itself.
+    scan = r.get("full_scan", {}).get("timings", {}).get("sealion", {}).get("median")
+    for q in (q for q in r.get("queries", []) if q.get("group") == "000"):
+        t = tm.get(q["name"], {})
+        if "sealion" not in t:
+            continue
+        me = t["sealion"]["median"]
+        parts = []
+        if "postgres-plain" in t:
+            x = me / t["postgres-plain"]["median"]
+            parts.append(f"{x:.2f}x PostgreSQL's B-tree (goal within {GOAL_LOOKUP_VS_BTREE:g}x: "
+                         f"{'met' if x <= GOAL_LOOKUP_VS_BTREE else 'missed'})")
+        if scan:
+            x = scan / me
+            parts.append(f"{x:.0f}x faster than Sealion's full scan (goal {GOAL_LOOKUP_VS_SCAN:g}x: "
+                         f"{'met' if x >= GOAL_LOOKUP_VS_SCAN else 'missed'})")
+        if "datafusion" in t:
+            x = t["datafusion"]["median"] / me
+            parts.append(f"{x:.0f}x faster than DataFusion over the Parquet files")
+        if parts:
+            out.append(f"- {q['name']}: " + "; ".join(parts) + ".")
+    # Ingest: batched, synced, against COPY and InfluxDB.
+    st = r.get("ingest", {}).get("stats", {})
+    mine = st.get("sealion", {})
+    if mine:
+        per = []
+        all_ok = True
+        for c, m in mine.items():
+            med = m["median"]
+            ok = med >= GOAL_INGEST_ROWS_S
+            vs = []
+            for peer in ("postgres", "influxdb"):
+                p = st.get(peer, {}).get(c)
+                if p:
+                    ok = ok and med > p["median"]
+                    vs.append(f"{med / p['median']:.2f}x {'COPY' if peer == 'postgres' else peer}")
+            all_ok = all_ok and ok
+            per.append(f"{c}: {med / 1e3:,.0f}k rows/s" + (f" ({', '.join(vs)})" if vs else ""))
+        out.append(f"- Ingest at least {GOAL_INGEST_ROWS_S / 1e3:,.0f}k rows/s with batches and synced writes, "
+                   f"ahead of PostgreSQL COPY and InfluxDB, at every client count: {verdict(all_ok)} ("
+                   + "; ".join(per) + ").")
+    # Bytes per value on disk.
+    dk = r.get("disk", {})
+    rows = r.get("data", {}).get("rows", 0)
+    vals = rows * _table(r)[2]
+    b = dk.get("sealion", {}).get("system_partitions_table_bytes")
+    if b and vals:
+        mine_b = b / vals
+        others = {}
+        if "parts_bytes" in dk.get("chdb", {}):
+            others["chDB"] = dk["chdb"]["parts_bytes"] / vals
+        if "file_bytes" in dk.get("duckdb", {}):
+            others["DuckDB"] = dk["duckdb"]["file_bytes"] / vals
+        ok = mine_b <= GOAL_BYTES_PER_VALUE and all(mine_b < o for o in others.values())
+        out.append(f"- At most {GOAL_BYTES_PER_VALUE} bytes per value, below ClickHouse's and DuckDB's: "
+                   f"{verdict(ok)} ({mine_b:.3f}"
+                   + "".join(f"; {n} {o:.3f}" for n, o in others.items()) + ").")
+    return out
+
+
 def charts(r: dict, stem: Path) -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
@@ -178,7 +278,10 @@ def markdown(r: dict, pngs: list[str]) -> str:
                  f"{d.get('readings_per_host', 0):,} readings, every {d.get('interval_s')} s, "
                  f"{d.get('start')} to {d.get('end')}), 10 tags, 10 integer fields 0-100 stored as DOUBLE, seed "
                  f"{d.get('seed')}; {d.get('events', 0):,} events for the as-of join. Line protocol "
-                 f"{d.get('lp_bytes', 0):,} B, CSV {d.get('csv_bytes', 0):,} B, zstd Parquet {d.get('parquet_bytes', 0):,} B "
+                 f"{d.get('lp_bytes', 0):,} B, CSV {d.get('csv_bytes', 0):,} B"
+                 + (" (both zstd-compressed files, streamed as they load)"
+                    if str(d.get("lp_file", "")).endswith(".zst") else "")
+                 + f", zstd Parquet {d.get('parquet_bytes', 0):,} B "
                  f"in {d.get('parquet_files')} files ("
                  + ("reused from an earlier run with the same scale and seed)." if d.get("reused")
                     else f"generated in {d.get('generate_s', 0):.1f} s)."))
@@ -268,6 +371,17 @@ def markdown(r: dict, pngs: list[str]) -> str:
         L.append("")
 
     if r.get("timings"):
+        fs = r.get("full_scan")
+        if fs:
+            L.append("## Full scan\n")
+            L.append(f"`{fs['sql']}`, the same warm-up and runs: what reading two columns of every row costs "
+                     "each system (no system can prune by that expression), the reference for the lookups with "
+                     "no time predicate (ms).\n")
+            L.append("| system | median (min–max) ms |")
+            L.append("|---|---|")
+            for s_, t in fs["timings"].items():
+                L.append(f"| {s_} | {_ms(t) if 'median' in t else 'error: ' + t.get('error', '')} |")
+            L.append("")
         L.append("## Query latency\n")
         L.append("Median (min–max) ms. *withheld*: the answer differed or the query failed (see below); "
                  "*not run*: the system has no such construct.\n")
@@ -304,6 +418,13 @@ def markdown(r: dict, pngs: list[str]) -> str:
             L.append("| Sealion faster / slower (queries) | " + " | ".join(
                 f"{rat[p]['sealion_faster']} / {rat[p]['sealion_slower']}" for p in peers) + " |")
             L.append("")
+
+    g = goals(r)
+    if g:
+        L.append("## Goals\n")
+        L.append("Issue 7's goals, checked against this run's medians.\n")
+        L.extend(g)
+        L.append("")
 
     if r.get("parity"):
         L.append("## Withheld and not run\n")

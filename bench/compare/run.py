@@ -46,7 +46,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 PIP = {"duckdb": "duckdb", "chdb": "chdb", "datafusion": "datafusion", "pyarrow": "pyarrow",
-       "matplotlib": "matplotlib", "psycopg": "psycopg[binary]", "numpy": "numpy"}
+       "matplotlib": "matplotlib", "psycopg": "psycopg[binary]", "numpy": "numpy",
+       "zstandard": "zstandard"}
 QUERY_SYSTEMS = ["sealion", "sealion-pg", "sealion-cluster", "postgres-plain", "postgres-part", "duckdb", "chdb",
                  "datafusion"]
 # What single-row ingest results are named after (system name + this).
@@ -174,6 +175,10 @@ class OtherCpu:
                 "top": [{"comm": c, "cpu_s": round(s, 1)} for c, s in top]}
 
 
+# A query every system answers by reading two columns of every row.
+FULL_SCAN_SQL = "SELECT count(*) FROM cpu WHERE usage_user + usage_system > 250"
+
+
 def timed(fn, warmup: int, runs: int) -> list[float]:
     for _ in range(warmup):
         fn()
@@ -192,8 +197,11 @@ def stats(xs: list[float]) -> dict:
 
 
 def csv_batches(path: Path, rows_per_batch: int, limit: int) -> list[bytes]:
+    import io
+    from gen import open_data
     out, cur, n = [], [], 0
-    with open(path, "rb") as f:
+    with open_data(path) as raw:
+        f = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw, 1 << 20)
         f.readline()  # header
         for line in f:
             cur.append(line)
@@ -319,7 +327,7 @@ def main() -> int:
     if a.query_data == "iot":
         import gen_iot
         shape, qdata = sysmod.IOT_SHAPE, data / "iot"
-        iot_days = a.iot_days or gen_iot.QUERY_DAYS[a.scale]
+        iot_days = a.iot_days or gen_iot.QUERY_DAYS.get(a.scale, gen_iot.QUERY_DAYS["full"])
         t = time.perf_counter()
         log(f"generating {iot_days:g} days of IoT readings ({gen_iot.trucks_of(scale)} trucks) into {qdata}")
         result["data"] = {"shape": "iot", **gen_iot.generate_iot(scale, qdata, a.seed, iot_days),
@@ -434,6 +442,21 @@ def main() -> int:
         for name, s in qsys.items():
             noise[name] = stats(timed(lambda: s.run("SELECT 1"), a.warmup, a.noise_runs))
         result["noise_floor"] = noise
+        if a.query_data == "cpu":
+            # What reading every row costs each system: the reference for
+            # the lookups with no time predicate (issue 7: at least 100x
+            # faster than a full scan). No system can prune by an
+            # expression over two fields, so each reads the two columns of
+            # every row.
+            scan = {}
+            for name, s in qsys.items():
+                try:
+                    scan[name] = stats(timed(lambda: s.run(FULL_SCAN_SQL), a.warmup, a.runs))
+                except Exception as e:
+                    scan[name] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+            result["full_scan"] = {"sql": FULL_SCAN_SQL, "timings": scan}
+            log("full scan: " + ", ".join(f"{n} {t['median'] * 1e3:.1f} ms" for n, t in scan.items()
+                                          if "median" in t))
         result["other_cpu_during_queries"] = oc.stop()
         log(f"noise floor: " + ", ".join(f"{n} {t['median'] * 1e3:.2f} ms" for n, t in noise.items()))
 

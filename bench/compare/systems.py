@@ -677,7 +677,8 @@ class Postgres:
 
     def copy_csv(self, table: str, path: Path) -> int:
         n = 0
-        with self.conn.cursor() as cur, open(path, "rb") as f:
+        from gen import open_data
+        with self.conn.cursor() as cur, open_data(path) as f:
             with cur.copy(f"COPY {table} FROM STDIN (FORMAT csv, HEADER true)") as cp:
                 while chunk := f.read(1 << 20):
                     n += chunk.count(b"\n")
