@@ -12,8 +12,9 @@ use datafusion::common::ScalarValue;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use sealion_common::proto::{
-    ColumnKind, CompareOp, DataType, FieldCompare, FieldPredicate, FieldPredicateList, Literal,
-    Partition, Table, TagOp, TagPredicate, field_predicate, literal,
+    ArithOp, ColumnKind, CompareOp, DataType, FieldArith, FieldCompare, FieldPredicate,
+    FieldPredicateList, FieldValue, FieldValueCompare, Literal, Partition, Table, TagOp,
+    TagPredicate, field_predicate, field_value, literal,
 };
 use sealion_format::sealed::TagFilters;
 
@@ -191,9 +192,23 @@ pub(crate) fn field_predicate(table: &Table, e: &Expr) -> Option<FieldPredicate>
             op => {
                 let (as_written, swapped) = compare_op(*op)?;
                 let (col, op, lit) = match (left.as_ref(), right.as_ref()) {
-                    (c, Expr::Literal(v, _)) => (field_column(table, c)?, as_written, v),
-                    (Expr::Literal(v, _), c) => (field_column(table, c)?, swapped, v),
-                    _ => return None,
+                    (c @ Expr::Column(_), Expr::Literal(v, _)) => {
+                        (field_column(table, c)?, as_written, v)
+                    }
+                    (Expr::Literal(v, _), c @ Expr::Column(_)) => {
+                        (field_column(table, c)?, swapped, v)
+                    }
+                    (l, r) => {
+                        // Arithmetic, or two columns: values of one type.
+                        let mut ty = None;
+                        let left = field_value(table, l, &mut ty)?;
+                        let right = field_value(table, r, &mut ty)?;
+                        return wrap(field_predicate::Expr::CompareValues(FieldValueCompare {
+                            left: Some(left),
+                            op: as_written as i32,
+                            right: Some(right),
+                        }));
+                    }
                 };
                 wrap(field_predicate::Expr::Compare(FieldCompare {
                     column: col.name.clone(),
@@ -212,6 +227,82 @@ pub(crate) fn field_predicate(table: &Table, e: &Expr) -> Option<FieldPredicate>
             field_column(table, inner)?.name.clone(),
         )),
         _ => None,
+    }
+}
+
+/// `e` as an arithmetic value the nodes compute exactly as DataFusion
+/// does: `+`, `-` and `*` over DOUBLE or BIGINT field columns and literals,
+/// every leaf of the one type `ty` (set by the first leaf). Coercion has
+/// already cast what SQL mixes; a cast left in the expression, a NULL
+/// literal, division (which errors on zero for integers) and anything else
+/// are not pushed.
+fn field_value(table: &Table, e: &Expr, ty: &mut Option<DataType>) -> Option<FieldValue> {
+    let mut same = |t: DataType| match *ty {
+        None => {
+            *ty = Some(t);
+            true
+        }
+        Some(have) => have == t,
+    };
+    let value = match e {
+        Expr::Column(_) => {
+            let c = field_column(table, e)?;
+            let t = c.data_type();
+            if !matches!(t, DataType::Float64 | DataType::Int64) || !same(t) {
+                return None;
+            }
+            field_value::Value::Column(c.name.clone())
+        }
+        Expr::Literal(ScalarValue::Float64(Some(x)), _) if same(DataType::Float64) => {
+            field_value::Value::Literal(Literal {
+                value: Some(literal::Value::F64(*x)),
+            })
+        }
+        Expr::Literal(ScalarValue::Int64(Some(x)), _) if same(DataType::Int64) => {
+            field_value::Value::Literal(Literal {
+                value: Some(literal::Value::I64(*x)),
+            })
+        }
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            let op = match op {
+                Operator::Plus => ArithOp::ArithAdd,
+                Operator::Minus => ArithOp::ArithSub,
+                Operator::Multiply => ArithOp::ArithMul,
+                _ => return None,
+            };
+            let left = field_value(table, left, ty)?;
+            let right = field_value(table, right, ty)?;
+            field_value::Value::Arith(Box::new(FieldArith {
+                op: op as i32,
+                left: Some(Box::new(left)),
+                right: Some(Box::new(right)),
+            }))
+        }
+        _ => return None,
+    };
+    Some(FieldValue { value: Some(value) })
+}
+
+fn describe_value(v: &FieldValue) -> String {
+    match &v.value {
+        Some(field_value::Value::Column(c)) => c.clone(),
+        Some(field_value::Value::Literal(l)) => match &l.value {
+            Some(literal::Value::F64(x)) => format!("{x}"),
+            Some(literal::Value::I64(x)) => format!("{x}"),
+            _ => "?".into(),
+        },
+        Some(field_value::Value::Arith(a)) => {
+            let op = match a.op() {
+                ArithOp::ArithAdd => "+",
+                ArithOp::ArithSub => "-",
+                ArithOp::ArithMul => "*",
+                ArithOp::Unspecified => "?",
+            };
+            let side =
+                |s: &Option<Box<FieldValue>>| s.as_deref().map_or("?".into(), describe_value);
+            format!("({} {op} {})", side(&a.left), side(&a.right))
+        }
+        None => "?".into(),
     }
 }
 
@@ -238,6 +329,15 @@ pub fn describe_field(p: &FieldPredicate) -> String {
         Some(field_predicate::Expr::Not(inner)) => format!("NOT {}", describe_field(inner)),
         Some(field_predicate::Expr::IsNull(c)) => format!("{c} IS NULL"),
         Some(field_predicate::Expr::IsNotNull(c)) => format!("{c} IS NOT NULL"),
+        Some(field_predicate::Expr::CompareValues(c)) => {
+            let side = |s: &Option<FieldValue>| s.as_ref().map_or("?".into(), describe_value);
+            format!(
+                "{} {} {}",
+                side(&c.left),
+                c.op().as_str_name(),
+                side(&c.right)
+            )
+        }
         None => "?".into(),
     }
 }
@@ -348,6 +448,51 @@ mod tests {
             datafusion::functions::expr_fn::abs(col("usage")).gt(lit(1.0)),
         ];
         assert_eq!(push(&t, &filters), Pushed::default());
+    }
+
+    #[test]
+    fn arithmetic_of_one_numeric_type_is_pushed_as_a_value_comparison() {
+        let mut t = table();
+        t.columns.push(Column {
+            name: "n".into(),
+            kind: ColumnKind::Field as i32,
+            data_type: DataType::Int64 as i32,
+        });
+        t.columns.push(Column {
+            name: "idle".into(),
+            kind: ColumnKind::Field as i32,
+            data_type: DataType::Float64 as i32,
+        });
+        // As coercion leaves them: every leaf of one type.
+        let sum = (col("usage") + col("idle")).gt(lit(150.0));
+        let p = push(&t, &[sum]);
+        let Some(field_predicate::Expr::CompareValues(c)) = p.field.clone().and_then(|f| f.expr)
+        else {
+            panic!("a value comparison: {p:?}");
+        };
+        assert_eq!(c.op(), CompareOp::CmpGt);
+        assert_eq!(
+            describe_field(&p.field.unwrap()),
+            "(usage + idle) CMP_GT 150"
+        );
+        let ints = (col("n") * lit(3i64) - lit(1i64)).lt_eq(col("n") + lit(30i64));
+        assert!(push(&t, &[ints]).field.is_some());
+        assert!(push(&t, &[col("usage").gt(col("idle"))]).field.is_some());
+        // Two types in one comparison, division, a NULL literal, a cast:
+        // left to DataFusion.
+        let refused = vec![
+            (col("usage") + col("n")).gt(lit(1.0)),
+            (col("n") + lit(1i64)).gt(lit(1.0)),
+            (col("n") / lit(2i64)).gt(lit(1i64)),
+            (col("usage") + lit(ScalarValue::Float64(None))).gt(lit(1.0)),
+            (datafusion::prelude::cast(col("n"), arrow::datatypes::DataType::Float64)
+                + col("usage"))
+            .gt(lit(1.0)),
+            (col("note") + col("note")).gt(lit("x")),
+        ];
+        for e in refused {
+            assert_eq!(push(&t, std::slice::from_ref(&e)), Pushed::default(), "{e}");
+        }
     }
 
     #[test]

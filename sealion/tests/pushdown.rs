@@ -263,8 +263,38 @@ const CASES: &[Case] = &[
         tol: &[],
         pushed: false,
     },
+    // Arithmetic over fields of one type in a filter: the nodes evaluate it.
     Case {
         sql: "SELECT host, count(*) FROM cpu WHERE usage + 1 > 50 GROUP BY host",
+        model: None,
+        keys: 1,
+        tol: &[],
+        pushed: true,
+    },
+    Case {
+        sql: "SELECT count(*), sum(n) FROM cpu WHERE usage * 2 - usage > 40.5 AND n * 3 + 1 <= n + 30",
+        model: None,
+        keys: 0,
+        tol: &[],
+        pushed: true,
+    },
+    Case {
+        sql: "SELECT region, count(*) FROM cpu WHERE usage < usage * usage OR n - 4 = 2 GROUP BY region",
+        model: None,
+        keys: 1,
+        tol: &[],
+        pushed: true,
+    },
+    // Fields of two types mixed (a cast), or division: rows are shipped.
+    Case {
+        sql: "SELECT host, count(*) FROM cpu WHERE usage + n > 50 GROUP BY host",
+        model: None,
+        keys: 1,
+        tol: &[],
+        pushed: false,
+    },
+    Case {
+        sql: "SELECT host, count(*) FROM cpu WHERE n / 2 > 5 GROUP BY host",
         model: None,
         keys: 1,
         tol: &[],
@@ -312,9 +342,9 @@ const CASES: &[Case] = &[
     // The same functions where DataFusion runs them (a filter the nodes
     // cannot evaluate).
     Case {
-        sql: "SELECT host, first(usage, time), last(n, time) FROM cpu WHERE n * 2 > 10 GROUP BY host",
+        sql: "SELECT host, first(usage, time), last(n, time) FROM cpu WHERE n % 7 > 2 GROUP BY host",
         model: Some(
-            "SELECT host, first_value(usage ORDER BY time) IGNORE NULLS, last_value(n ORDER BY time) IGNORE NULLS FROM cpu WHERE n * 2 > 10 GROUP BY host",
+            "SELECT host, first_value(usage ORDER BY time) IGNORE NULLS, last_value(n ORDER BY time) IGNORE NULLS FROM cpu WHERE n % 7 > 2 GROUP BY host",
         ),
         keys: 1,
         tol: &[],
@@ -419,6 +449,10 @@ const TIME_ORDERED: &[(&str, bool)] = &[
     ),
     (
         "SELECT time, n FROM cpu WHERE n * 2 > 10 ORDER BY time DESC LIMIT 4",
+        true,
+    ),
+    (
+        "SELECT time, n FROM cpu WHERE n % 7 > 2 ORDER BY time DESC LIMIT 4",
         false,
     ),
     (
@@ -572,6 +606,10 @@ const LAST_POINT: &[(&str, bool)] = &[
     ),
     (
         "SELECT DISTINCT ON (host) host, time, usage FROM cpu WHERE usage * 2 > 50 ORDER BY host, time DESC",
+        true,
+    ),
+    (
+        "SELECT DISTINCT ON (host) host, time, usage FROM cpu WHERE abs(usage) > 50 ORDER BY host, time DESC",
         false,
     ),
 ];
@@ -892,7 +930,7 @@ fn random_query(rng: &mut Rng) -> (String, String, usize) {
     for _ in 0..pick(rng, 4) {
         let h = pick(rng, HOSTS + 1);
         let v = pick(rng, 100);
-        filters.push(match pick(rng, 13) {
+        filters.push(match pick(rng, 15) {
             0 => format!(
                 "time >= '2024-01-0{}T{:02}:00:00Z'",
                 1 + pick(rng, 3),
@@ -917,8 +955,10 @@ fn random_query(rng: &mut Rng) -> (String, String, usize) {
             9 => format!("n <= {}", v / 2),
             10 => format!("(usage < {v} OR n > {})", v / 3),
             11 => format!("NOT (n = {})", v % 40),
+            12 => format!("usage + usage * 0.5 - 1 > {}", v + 20),
+            13 => format!("n * 2 - 3 > {}", v / 2),
             // Not something the nodes evaluate: rows are shipped.
-            _ => format!("n * 2 > {}", v / 2),
+            _ => format!("n % 7 > {}", v % 7),
         });
     }
     let select = |calls: Vec<&String>| {

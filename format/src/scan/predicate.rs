@@ -12,8 +12,8 @@ use std::cmp::Ordering;
 use std::collections::HashSet;
 
 use sealion_common::proto::{
-    Column, ColumnKind, CompareOp, DataType, FieldPredicate, TagOp, TagPredicate, field_predicate,
-    literal,
+    ArithOp, Column, ColumnKind, CompareOp, DataType, FieldPredicate, FieldValue, TagOp,
+    TagPredicate, field_predicate, field_value, literal,
 };
 
 use crate::rows::Value;
@@ -126,6 +126,114 @@ pub enum Expr {
     Not(Box<Expr>),
     IsNull(usize),
     IsNotNull(usize),
+    /// Two arithmetic values of one numeric type compared.
+    CmpValues {
+        left: Num,
+        op: CompareOp,
+        right: Num,
+        ty: NumType,
+    },
+}
+
+/// The one type of every column and literal of a [`Expr::CmpValues`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NumType {
+    F64,
+    I64,
+}
+
+/// An arithmetic value over field columns (indexes into
+/// [`FieldFilter::columns`]); every leaf has the comparison's [`NumType`].
+#[derive(Debug, Clone)]
+pub enum Num {
+    Col(usize),
+    F64(f64),
+    I64(i64),
+    Arith(ArithOp, Box<Num>, Box<Num>),
+}
+
+impl Num {
+    /// The value over `f64` leaves; `col` gives a column's value (None is
+    /// NULL, which makes the whole value NULL).
+    pub fn eval_f64(&self, col: &mut impl FnMut(usize) -> Option<f64>) -> Option<f64> {
+        Some(match self {
+            Num::Col(c) => col(*c)?,
+            Num::F64(x) => *x,
+            // Compile rules out other leaves for a DOUBLE comparison.
+            Num::I64(_) => return None,
+            Num::Arith(op, a, b) => {
+                let (x, y) = (a.eval_f64(col)?, b.eval_f64(col)?);
+                match op {
+                    ArithOp::ArithAdd => x + y,
+                    ArithOp::ArithSub => x - y,
+                    ArithOp::ArithMul => x * y,
+                    ArithOp::Unspecified => return None,
+                }
+            }
+        })
+    }
+
+    /// The value over `i64` leaves, wrapping on overflow as DataFusion's
+    /// arithmetic does.
+    pub fn eval_i64(&self, col: &mut impl FnMut(usize) -> Option<i64>) -> Option<i64> {
+        Some(match self {
+            Num::Col(c) => col(*c)?,
+            Num::I64(x) => *x,
+            Num::F64(_) => return None,
+            Num::Arith(op, a, b) => {
+                let (x, y) = (a.eval_i64(col)?, b.eval_i64(col)?);
+                match op {
+                    ArithOp::ArithAdd => x.wrapping_add(y),
+                    ArithOp::ArithSub => x.wrapping_sub(y),
+                    ArithOp::ArithMul => x.wrapping_mul(y),
+                    ArithOp::Unspecified => return None,
+                }
+            }
+        })
+    }
+
+    /// The columns this value reads, each once.
+    pub fn columns(&self, out: &mut Vec<usize>) {
+        match self {
+            Num::Col(c) => {
+                if !out.contains(c) {
+                    out.push(*c);
+                }
+            }
+            Num::F64(_) | Num::I64(_) => {}
+            Num::Arith(_, a, b) => {
+                a.columns(out);
+                b.columns(out);
+            }
+        }
+    }
+}
+
+/// Compares two values of a [`Expr::CmpValues`] given how to read a column.
+pub fn cmp_values(
+    left: &Num,
+    op: CompareOp,
+    right: &Num,
+    ty: NumType,
+    mut f64_of: impl FnMut(usize) -> Option<f64>,
+    mut i64_of: impl FnMut(usize) -> Option<i64>,
+) -> Option<bool> {
+    if op == CompareOp::Unspecified {
+        return None;
+    }
+    let ord = match ty {
+        NumType::F64 => {
+            let a = left.eval_f64(&mut f64_of)?;
+            let b = right.eval_f64(&mut f64_of)?;
+            a.total_cmp(&b)
+        }
+        NumType::I64 => {
+            let a = left.eval_i64(&mut i64_of)?;
+            let b = right.eval_i64(&mut i64_of)?;
+            a.cmp(&b)
+        }
+    };
+    Some(holds(op, ord))
 }
 
 /// A field predicate and the columns it reads.
@@ -252,6 +360,97 @@ fn compile_expr(
         )?)),
         field_predicate::Expr::IsNull(name) => Expr::IsNull(column(name)?.0),
         field_predicate::Expr::IsNotNull(name) => Expr::IsNotNull(column(name)?.0),
+        field_predicate::Expr::CompareValues(c) => {
+            if c.op() == CompareOp::Unspecified {
+                return Err(Error::Invalid("value comparison has no operator".into()));
+            }
+            let mut leaves = Vec::new();
+            let left = compile_num(c.left.as_ref(), &mut column, &mut leaves, nodes, depth + 1)?;
+            let right = compile_num(c.right.as_ref(), &mut column, &mut leaves, nodes, depth + 1)?;
+            // One type for every leaf: the first column's, or the first
+            // literal's when no column is named.
+            let ty = leaves
+                .iter()
+                .find(|l| l.0.starts_with("column"))
+                .or(leaves.first())
+                .map(|l| l.1)
+                .ok_or_else(|| Error::Invalid("value comparison has no operand".into()))?;
+            if let Some(bad) = leaves.iter().find(|l| l.1 != ty) {
+                return Err(Error::Invalid(format!(
+                    "value comparison mixes types: {} is {:?}, not {ty:?}",
+                    bad.0, bad.1
+                )));
+            }
+            Expr::CmpValues {
+                left,
+                op: c.op(),
+                right,
+                ty,
+            }
+        }
+    })
+}
+
+/// A leaf of a value comparison, for its type check: what it is, in
+/// words, and its type.
+struct Leaf(String, NumType);
+
+fn compile_num(
+    v: Option<&FieldValue>,
+    column: &mut impl FnMut(&str) -> Result<(usize, DataType)>,
+    leaves: &mut Vec<Leaf>,
+    nodes: &mut usize,
+    depth: usize,
+) -> Result<Num> {
+    *nodes += 1;
+    if *nodes > MAX_PREDICATE_NODES || depth > MAX_PREDICATE_DEPTH {
+        return Err(Error::Invalid(format!(
+            "field predicate is too large (limits: {MAX_PREDICATE_NODES} nodes, depth {MAX_PREDICATE_DEPTH})"
+        )));
+    }
+    let Some(value) = v.and_then(|v| v.value.as_ref()) else {
+        return Err(Error::Invalid(
+            "value comparison has an empty operand".into(),
+        ));
+    };
+    Ok(match value {
+        field_value::Value::Column(name) => {
+            let (i, ty) = column(name)?;
+            let t = match ty {
+                DataType::Float64 => NumType::F64,
+                DataType::Int64 => NumType::I64,
+                other => {
+                    return Err(Error::Invalid(format!(
+                        "arithmetic on column {name:?} of type {other:?} (only DOUBLE and BIGINT)"
+                    )));
+                }
+            };
+            leaves.push(Leaf(format!("column {name:?}"), t));
+            Num::Col(i)
+        }
+        field_value::Value::Literal(l) => match l.value.as_ref() {
+            Some(literal::Value::F64(x)) => {
+                leaves.push(Leaf(format!("literal {x}"), NumType::F64));
+                Num::F64(*x)
+            }
+            Some(literal::Value::I64(x)) => {
+                leaves.push(Leaf(format!("literal {x}"), NumType::I64));
+                Num::I64(*x)
+            }
+            _ => {
+                return Err(Error::Invalid(
+                    "a value comparison takes DOUBLE or BIGINT literals only".into(),
+                ));
+            }
+        },
+        field_value::Value::Arith(a) => {
+            if a.op() == ArithOp::Unspecified {
+                return Err(Error::Invalid("arithmetic has no operator".into()));
+            }
+            let left = compile_num(a.left.as_deref(), column, leaves, nodes, depth + 1)?;
+            let right = compile_num(a.right.as_deref(), column, leaves, nodes, depth + 1)?;
+            Num::Arith(a.op(), Box::new(left), Box::new(right))
+        }
     })
 }
 
@@ -325,5 +524,24 @@ fn eval(e: &Expr, values: &[Option<Value>]) -> Option<bool> {
         Expr::Not(inner) => eval(inner, values).map(|b| !b),
         Expr::IsNull(col) => Some(values.get(*col).is_none_or(Option::is_none)),
         Expr::IsNotNull(col) => Some(values.get(*col).is_some_and(Option::is_some)),
+        Expr::CmpValues {
+            left,
+            op,
+            right,
+            ty,
+        } => cmp_values(
+            left,
+            *op,
+            right,
+            *ty,
+            |c| match values.get(c)? {
+                Some(Value::F64(x)) => Some(*x),
+                _ => None,
+            },
+            |c| match values.get(c)? {
+                Some(Value::I64(x)) => Some(*x),
+                _ => None,
+            },
+        ),
     }
 }

@@ -14,9 +14,10 @@ use arrow::util::display::array_value_to_string;
 use proptest::prelude::*;
 use sealion_common::catalog::arrow_schema;
 use sealion_common::proto::{
-    AggregateCall, AggregateFunction, AggregateSpec, Column, ColumnKind, CompareOp, DataType,
-    FieldCompare, FieldPredicate, FieldPredicateList, Literal, ScanMetrics, ScanOrder, ScanRequest,
-    TagOp, TagPredicate, field_predicate, literal,
+    AggregateCall, AggregateFunction, AggregateSpec, ArithOp, Column, ColumnKind, CompareOp,
+    DataType, FieldArith, FieldCompare, FieldPredicate, FieldPredicateList, FieldValue,
+    FieldValueCompare, Literal, ScanMetrics, ScanOrder, ScanRequest, TagOp, TagPredicate,
+    field_predicate, field_value, literal,
 };
 use sealion_partial::{AggregateKind, Finalize, State, Value as PValue};
 
@@ -173,6 +174,91 @@ enum FieldP {
     Not(Box<FieldP>),
     UsageNull,
     CountNotNull,
+    /// Two arithmetic values over `usage` (DOUBLE) compared.
+    UsageValues(NumP, CompareOp, NumP),
+    /// Two arithmetic values over `count` (BIGINT) compared.
+    CountValues(NumP, CompareOp, NumP),
+}
+
+/// An arithmetic value over one column; literals are read as `x / 2` for
+/// DOUBLE and as `x` for BIGINT.
+#[derive(Debug, Clone)]
+enum NumP {
+    Col,
+    Lit(i64),
+    Op(ArithOp, Box<NumP>, Box<NumP>),
+}
+
+fn num_p() -> impl Strategy<Value = NumP> {
+    let leaf = prop_oneof![
+        3 => Just(NumP::Col),
+        3 => (-6..12i64).prop_map(NumP::Lit),
+        // BIGINT arithmetic wraps on overflow; DOUBLE goes to infinity.
+        1 => Just(NumP::Lit(i64::MAX)),
+        1 => Just(NumP::Lit(i64::MIN / 3)),
+    ];
+    leaf.prop_recursive(3, 8, 2, |inner| {
+        (
+            prop_oneof![
+                Just(ArithOp::ArithAdd),
+                Just(ArithOp::ArithSub),
+                Just(ArithOp::ArithMul)
+            ],
+            inner.clone(),
+            inner,
+        )
+            .prop_map(|(op, a, b)| NumP::Op(op, Box::new(a), Box::new(b)))
+    })
+}
+
+/// NULL when the value reads a NULL column.
+fn model_f64(n: &NumP, usage: Option<f64>) -> Option<f64> {
+    Some(match n {
+        NumP::Col => usage?,
+        NumP::Lit(x) => *x as f64 / 2.0,
+        NumP::Op(op, a, b) => {
+            let (x, y) = (model_f64(a, usage)?, model_f64(b, usage)?);
+            match op {
+                ArithOp::ArithAdd => x + y,
+                ArithOp::ArithSub => x - y,
+                _ => x * y,
+            }
+        }
+    })
+}
+
+fn model_i64(n: &NumP, count: Option<i64>) -> Option<i64> {
+    Some(match n {
+        NumP::Col => count?,
+        NumP::Lit(x) => *x,
+        NumP::Op(op, a, b) => {
+            let (x, y) = (model_i64(a, count)?, model_i64(b, count)?);
+            match op {
+                ArithOp::ArithAdd => x.wrapping_add(y),
+                ArithOp::ArithSub => x.wrapping_sub(y),
+                _ => x.wrapping_mul(y),
+            }
+        }
+    })
+}
+
+fn proto_num(n: &NumP, column: &str, float: bool) -> FieldValue {
+    let value = match n {
+        NumP::Col => field_value::Value::Column(column.into()),
+        NumP::Lit(x) => field_value::Value::Literal(Literal {
+            value: Some(if float {
+                literal::Value::F64(*x as f64 / 2.0)
+            } else {
+                literal::Value::I64(*x)
+            }),
+        }),
+        NumP::Op(op, a, b) => field_value::Value::Arith(Box::new(FieldArith {
+            op: *op as i32,
+            left: Some(Box::new(proto_num(a, column, float))),
+            right: Some(Box::new(proto_num(b, column, float))),
+        })),
+    };
+    FieldValue { value: Some(value) }
 }
 
 #[derive(Debug, Clone)]
@@ -244,6 +330,8 @@ fn field_p() -> impl Strategy<Value = FieldP> {
         (cmp_op(), -3..8i64).prop_map(|(o, x)| FieldP::Count(o, x)),
         Just(FieldP::UsageNull),
         Just(FieldP::CountNotNull),
+        (num_p(), cmp_op(), num_p()).prop_map(|(a, o, b)| FieldP::UsageValues(a, o, b)),
+        (num_p(), cmp_op(), num_p()).prop_map(|(a, o, b)| FieldP::CountValues(a, o, b)),
     ];
     leaf.prop_recursive(2, 6, 2, |inner| {
         prop_oneof![
@@ -394,6 +482,16 @@ fn to_proto_field(p: &FieldP) -> FieldPredicate {
         FieldP::Not(a) => field_predicate::Expr::Not(Box::new(to_proto_field(a))),
         FieldP::UsageNull => field_predicate::Expr::IsNull("usage".into()),
         FieldP::CountNotNull => field_predicate::Expr::IsNotNull("count".into()),
+        FieldP::UsageValues(a, op, b) => field_predicate::Expr::CompareValues(FieldValueCompare {
+            left: Some(proto_num(a, "usage", true)),
+            op: *op as i32,
+            right: Some(proto_num(b, "usage", true)),
+        }),
+        FieldP::CountValues(a, op, b) => field_predicate::Expr::CompareValues(FieldValueCompare {
+            left: Some(proto_num(a, "count", false)),
+            op: *op as i32,
+            right: Some(proto_num(b, "count", false)),
+        }),
     };
     FieldPredicate { expr: Some(expr) }
 }
@@ -552,6 +650,14 @@ fn field_ok(p: &FieldP, m: &Model) -> Option<bool> {
         FieldP::Not(a) => field_ok(a, m).map(|b| !b),
         FieldP::UsageNull => Some(m.usage.is_none()),
         FieldP::CountNotNull => Some(m.count.is_some()),
+        FieldP::UsageValues(a, op, b) => {
+            let (x, y) = (model_f64(a, m.usage)?, model_f64(b, m.usage)?);
+            Some(cmp_holds::<f64>(*op, x.total_cmp(&y)))
+        }
+        FieldP::CountValues(a, op, b) => {
+            let (x, y) = (model_i64(a, m.count)?, model_i64(b, m.count)?);
+            Some(cmp_holds::<i64>(*op, x.cmp(&y)))
+        }
     }
 }
 
@@ -1232,6 +1338,43 @@ fn requests_the_node_cannot_answer_are_refused_with_a_reason() {
     });
     let e = Query::compile(&bad).unwrap_err().to_string();
     assert!(e.contains("cannot compare"), "{e}");
+
+    // A value comparison over a DOUBLE and a BIGINT column, over a text
+    // column, and with an operand missing.
+    let value = |v: field_value::Value| FieldValue { value: Some(v) };
+    let column = |c: &str| value(field_value::Value::Column(c.into()));
+    let sum = |a: FieldValue, b: FieldValue| {
+        value(field_value::Value::Arith(Box::new(FieldArith {
+            op: ArithOp::ArithAdd as i32,
+            left: Some(Box::new(a)),
+            right: Some(Box::new(b)),
+        })))
+    };
+    let cases = [
+        (
+            sum(column("usage"), column("count")),
+            Some(column("usage")),
+            "mixes types",
+        ),
+        (
+            sum(column("host"), column("host")),
+            Some(column("usage")),
+            "not a field",
+        ),
+        (column("usage"), None, "empty operand"),
+    ];
+    for (left, right, want) in cases {
+        let mut bad = plain_req();
+        bad.field_predicate = Some(FieldPredicate {
+            expr: Some(field_predicate::Expr::CompareValues(FieldValueCompare {
+                left: Some(left),
+                op: CompareOp::CmpGt as i32,
+                right,
+            })),
+        });
+        let e = Query::compile(&bad).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
 
     let mut bad = plain_req();
     bad.aggregate = Some(AggregateSpec {

@@ -26,7 +26,7 @@ use super::value::ChunkRole;
 use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
 use crate::columnar::{ColumnType, ColumnValues, Page, StatValue, Sum};
 use crate::rows::{ColumnBuilder, Value, decode_fields};
-use crate::scan::predicate::{Expr, compare, holds};
+use crate::scan::predicate::{Expr, Num, NumType, compare, holds};
 use crate::scan::{AggPlan, CallSource, Metrics, Mode, Output, Query, SeriesCtx, aggregate_error};
 use crate::sealed::format::series_cmp;
 use crate::{Error, Result, SCAN_BATCH_ROWS};
@@ -355,12 +355,14 @@ impl SealedFile {
     }
 
     /// The rows of `ranges` that pass `filter` when it is a conjunction of
-    /// comparisons of `DOUBLE` or `BIGINT` columns with literals of their own
-    /// type (the common shape: `usage_user > 90`): each comparison runs over
-    /// the decoded page values, narrowing the ranges for the next, with no
-    /// value built per row. `None` for any other filter, which the row by
-    /// row evaluation answers. Both give the same rows: a null or a false
-    /// comparison drops a row, as `FieldFilter::keeps` does.
+    /// comparisons over `DOUBLE` or `BIGINT` columns: a column with a
+    /// literal of its own type (the common shape: `usage_user > 90`), or
+    /// two arithmetic values (`usage_user + usage_system > 150`). Each
+    /// comparison runs over the decoded page values, narrowing the ranges
+    /// for the next, with no value built per row. `None` for any other
+    /// filter, which the row by row evaluation answers. Both give the same
+    /// rows: a null or a false comparison drops a row, as
+    /// `FieldFilter::keeps` does.
     fn refine_by_comparisons(
         &self,
         g: usize,
@@ -373,64 +375,165 @@ impl SealedFile {
             Expr::All(terms) => terms.iter().collect(),
             e => vec![e],
         };
+        let chunk_of = |col: usize| match sources.get(col) {
+            Some(&Source::Chunk(c)) => Some(c),
+            _ => None,
+        };
         let mut plan = Vec::with_capacity(terms.len());
         for t in terms {
-            let Expr::Cmp { col, op, lit } = t else {
-                return Ok(None);
-            };
-            let Some(&Source::Chunk(c)) = sources.get(*col) else {
-                return Ok(None);
-            };
-            let fits = matches!(
-                (self.specs[c].ty, lit),
-                (ColumnType::Float64, Value::F64(_)) | (ColumnType::Int64, Value::I64(_))
-            );
-            if !fits || *op == CompareOp::Unspecified {
-                return Ok(None);
-            }
-            plan.push((c, *op, lit));
-        }
-        let mut kept = ranges.clone();
-        for (c, op, lit) in plan {
-            let infos = &self.groups[g].chunks[c];
-            let pages = dec.chunks[c]
-                .as_deref()
-                .ok_or_else(|| Error::Internal("filter pages were not decoded".into()))?;
-            let mut next: Ranges = Vec::with_capacity(kept.len());
-            for &(a, b, s) in &kept {
-                let mut run: Option<usize> = None;
-                for (p, lo, hi) in segments(infos, a, b) {
-                    let page = pages
-                        .get(p)
-                        .and_then(Option::as_ref)
-                        .ok_or_else(|| Error::Internal("filter page was not decoded".into()))?;
-                    let off = infos[p].first_row as usize;
-                    let mut mark = |row: usize, keep: bool| match (keep, run) {
-                        (true, None) => run = Some(row),
-                        (false, Some(x)) => {
-                            next.push((x, row, s));
-                            run = None;
-                        }
-                        _ => {}
+            match t {
+                Expr::Cmp { col, op, lit } => {
+                    let Some(c) = chunk_of(*col) else {
+                        return Ok(None);
                     };
-                    match (&page.values, lit) {
-                        (ColumnValues::Float64(v), Value::F64(l)) => {
-                            for row in lo..hi {
-                                let i = row - off;
-                                mark(row, !page.is_null(i) && holds(op, v[i].total_cmp(l)));
+                    let fits = matches!(
+                        (self.specs[c].ty, lit),
+                        (ColumnType::Float64, Value::F64(_)) | (ColumnType::Int64, Value::I64(_))
+                    );
+                    if !fits || *op == CompareOp::Unspecified {
+                        return Ok(None);
+                    }
+                    plan.push(Step::Literal(c, *op, lit));
+                }
+                Expr::CmpValues {
+                    left,
+                    op,
+                    right,
+                    ty,
+                } => {
+                    let mut cols = Vec::new();
+                    left.columns(&mut cols);
+                    right.columns(&mut cols);
+                    let want = match ty {
+                        NumType::F64 => ColumnType::Float64,
+                        NumType::I64 => ColumnType::Int64,
+                    };
+                    let mut chunks = vec![None; filter.columns.len()];
+                    for &k in &cols {
+                        match chunk_of(k) {
+                            Some(c) if self.specs[c].ty == want => chunks[k] = Some(c),
+                            _ => return Ok(None),
+                        }
+                    }
+                    if *op == CompareOp::Unspecified {
+                        return Ok(None);
+                    }
+                    plan.push(Step::Values {
+                        left,
+                        op: *op,
+                        right,
+                        ty: *ty,
+                        chunks,
+                    });
+                }
+                _ => return Ok(None),
+            }
+        }
+        let pages_of = |c: usize| {
+            dec.chunks[c]
+                .as_deref()
+                .ok_or_else(|| Error::Internal("filter pages were not decoded".into()))
+        };
+        let mut kept = ranges.clone();
+        for step in plan {
+            let mut next: Ranges = Vec::with_capacity(kept.len());
+            let mut runs = Runs::new(&mut next);
+            match step {
+                Step::Literal(c, op, lit) => {
+                    let infos = &self.groups[g].chunks[c];
+                    let pages = pages_of(c)?;
+                    for &(a, b, s) in &kept {
+                        for (p, lo, hi) in segments(infos, a, b) {
+                            let page = pages.get(p).and_then(Option::as_ref).ok_or_else(|| {
+                                Error::Internal("filter page was not decoded".into())
+                            })?;
+                            let off = infos[p].first_row as usize;
+                            match (&page.values, lit) {
+                                (ColumnValues::Float64(v), Value::F64(l)) => {
+                                    for row in lo..hi {
+                                        let i = row - off;
+                                        runs.mark(
+                                            row,
+                                            s,
+                                            !page.is_null(i) && holds(op, v[i].total_cmp(l)),
+                                        );
+                                    }
+                                }
+                                (ColumnValues::Int64(v), Value::I64(l)) => {
+                                    for row in lo..hi {
+                                        let i = row - off;
+                                        runs.mark(
+                                            row,
+                                            s,
+                                            !page.is_null(i) && holds(op, v[i].cmp(l)),
+                                        );
+                                    }
+                                }
+                                _ => return Ok(None),
                             }
                         }
-                        (ColumnValues::Int64(v), Value::I64(l)) => {
-                            for row in lo..hi {
-                                let i = row - off;
-                                mark(row, !page.is_null(i) && holds(op, v[i].cmp(l)));
-                            }
-                        }
-                        _ => return Ok(None),
+                        runs.end(b, s);
                     }
                 }
-                if let Some(x) = run {
-                    next.push((x, b, s));
+                Step::Values {
+                    left,
+                    op,
+                    right,
+                    ty,
+                    chunks,
+                } => {
+                    let mut cursors = Vec::with_capacity(chunks.len());
+                    for c in chunks {
+                        cursors.push(match c {
+                            Some(c) => {
+                                Some(PageCursor::new(&self.groups[g].chunks[c], pages_of(c)?))
+                            }
+                            None => None,
+                        });
+                    }
+                    let mut broken = false;
+                    for &(a, b, s) in &kept {
+                        for row in a..b {
+                            let mut at = |k: usize| -> Option<(&Page, usize)> {
+                                let got = cursors.get_mut(k)?.as_mut()?.at(row);
+                                broken |= got.is_none();
+                                got
+                            };
+                            let keep = match ty {
+                                NumType::F64 => {
+                                    let mut f = |k: usize| match at(k)? {
+                                        (page, i) if !page.is_null(i) => match &page.values {
+                                            ColumnValues::Float64(v) => Some(v[i]),
+                                            _ => None,
+                                        },
+                                        _ => None,
+                                    };
+                                    match (left.eval_f64(&mut f), right.eval_f64(&mut f)) {
+                                        (Some(x), Some(y)) => holds(op, x.total_cmp(&y)),
+                                        _ => false,
+                                    }
+                                }
+                                NumType::I64 => {
+                                    let mut f = |k: usize| match at(k)? {
+                                        (page, i) if !page.is_null(i) => match &page.values {
+                                            ColumnValues::Int64(v) => Some(v[i]),
+                                            _ => None,
+                                        },
+                                        _ => None,
+                                    };
+                                    match (left.eval_i64(&mut f), right.eval_i64(&mut f)) {
+                                        (Some(x), Some(y)) => holds(op, x.cmp(&y)),
+                                        _ => false,
+                                    }
+                                }
+                            };
+                            runs.mark(row, s, keep);
+                        }
+                        runs.end(b, s);
+                    }
+                    if broken {
+                        return Err(Error::Internal("filter page was not decoded".into()));
+                    }
                 }
             }
             kept = next;
@@ -1128,6 +1231,84 @@ impl SealedFile {
 /// Whether a page's statistics prove `value <op> lit` false (or unknown)
 /// for each of its rows. Statistics order values as the predicate does
 /// (floats in total order), so the proof is exact.
+/// One comparison of [`SealedFile::refine_by_comparisons`]'s plan.
+enum Step<'a> {
+    /// Chunk `c` against a literal.
+    Literal(usize, CompareOp, &'a Value),
+    /// Two values; `chunks[k]` is the chunk of filter column `k` when the
+    /// values read it.
+    Values {
+        left: &'a Num,
+        op: CompareOp,
+        right: &'a Num,
+        ty: NumType,
+        chunks: Vec<Option<usize>>,
+    },
+}
+
+/// Collects kept rows into ranges: rows are marked in ascending order
+/// within a range, and `end` closes the range's open run.
+struct Runs<'a> {
+    out: &'a mut Ranges,
+    run: Option<usize>,
+}
+
+impl<'a> Runs<'a> {
+    fn new(out: &'a mut Ranges) -> Self {
+        Runs { out, run: None }
+    }
+
+    fn mark(&mut self, row: usize, series: usize, keep: bool) {
+        match (keep, self.run) {
+            (true, None) => self.run = Some(row),
+            (false, Some(x)) => {
+                self.out.push((x, row, series));
+                self.run = None;
+            }
+            _ => {}
+        }
+    }
+
+    fn end(&mut self, b: usize, series: usize) {
+        if let Some(x) = self.run.take() {
+            self.out.push((x, b, series));
+        }
+    }
+}
+
+/// The decoded page of one chunk that holds a row, for rows visited
+/// mostly in ascending order (a step back searches again).
+struct PageCursor<'a> {
+    infos: &'a [PageInfo],
+    pages: &'a [Option<Page>],
+    p: usize,
+}
+
+impl<'a> PageCursor<'a> {
+    fn new(infos: &'a [PageInfo], pages: &'a [Option<Page>]) -> Self {
+        PageCursor { infos, pages, p: 0 }
+    }
+
+    /// The page holding group-local `row` and the row's index in it; None
+    /// when the page was not decoded (or the row is past the chunk).
+    fn at(&mut self, row: usize) -> Option<(&'a Page, usize)> {
+        let end = |i: &PageInfo| (i.first_row + i.rows) as usize;
+        if self
+            .infos
+            .get(self.p)
+            .is_none_or(|i| i.first_row as usize > row)
+        {
+            self.p = self.infos.partition_point(|i| end(i) <= row);
+        }
+        while self.infos.get(self.p).is_some_and(|i| end(i) <= row) {
+            self.p += 1;
+        }
+        let info = self.infos.get(self.p)?;
+        let page = self.pages.get(self.p)?.as_ref()?;
+        Some((page, row - info.first_row as usize))
+    }
+}
+
 fn page_excludes(info: &PageInfo, op: CompareOp, lit: &Value) -> bool {
     if info.null_count == info.rows {
         return true;
