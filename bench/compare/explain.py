@@ -2,7 +2,7 @@
 """Where one query's time goes on Sealion, without the peers.
 
     python3 bench/compare/explain.py --sealion PATH_TO_SEALION_BINARY --data DIR \
-        [--query SQL ...] [--runs 20]
+        [--query SQL ...] [--runs 20] [--pg]
 
 Starts a fresh ``sealion standalone`` in a temp dir, loads the cpu-only data
 that ``gen.py --out DIR`` wrote (line protocol, 4 clients, batches of 1,000,
@@ -10,8 +10,13 @@ as run.py loads it) and seals it, then for each query prints its EXPLAIN
 ANALYZE (what was pushed to the storage node, rows and bytes shipped, pages
 decoded) and the median, min and max of ``--runs`` timed runs over HTTP
 after one warm-up. Without ``--query`` it asks run.py's full-scan reference
-and one host's latest row. Every figure is of this one process on this
-machine: compare it with nothing but another run of this script.
+and one host's latest row. With ``--pg`` each query is also timed over the
+PostgreSQL port: with psycopg fetching every row as Python values (what
+run.py's ``sealion-pg`` column does), and with libpq alone (psycopg's
+``pgconn.exec_``: the rows are received but never converted), which leaves
+out the client's own work on the values. Every figure is of this one
+process on this machine: compare it with nothing but another run of this
+script.
 """
 
 from __future__ import annotations
@@ -28,9 +33,31 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from run import FULL_SCAN_SQL  # noqa: E402
-from systems import Sealion  # noqa: E402
+from systems import Sealion, SealionPg  # noqa: E402
 
 LATEST_ROW_SQL = "SELECT * FROM cpu WHERE hostname = 'host_0' ORDER BY time DESC LIMIT 1"
+
+
+def timed(label: str, run, runs: int) -> None:
+    """One warm-up of ``run``, then ``runs`` timed runs, printed."""
+    run()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - t) * 1000)
+    print(f"-- {label}, {runs} runs: median {statistics.median(times):.2f} ms, "
+          f"min {min(times):.2f}, max {max(times):.2f}")
+
+
+def libpq_exec(conn, q: str) -> None:
+    """``q`` over libpq with no conversion of the rows to Python values."""
+    from psycopg import pq
+
+    res = conn.pgconn.exec_(q.encode())
+    if res.status != pq.ExecStatus.TUPLES_OK:
+        raise RuntimeError(f"{q}: {res.error_message.decode(errors='replace')}")
+    res.clear()
 
 
 def main() -> int:
@@ -39,31 +66,33 @@ def main() -> int:
     ap.add_argument("--data", type=Path, required=True, help="a directory gen.py wrote (cpu-only)")
     ap.add_argument("--query", action="append", default=[], help="SQL to explain and time (repeatable)")
     ap.add_argument("--runs", type=int, default=20, help="timed runs per query, after one warm-up")
+    ap.add_argument("--pg", action="store_true", help="also time each query over pgwire (psycopg and libpq)")
     args = ap.parse_args()
     queries = args.query or [FULL_SCAN_SQL, LATEST_ROW_SQL]
     with tempfile.TemporaryDirectory(prefix="sealion-explain-") as work:
         s = Sealion(args.sealion, Path(work))
         s.start()
+        pg = None
         try:
             t = time.perf_counter()
             loaded = s.load(args.data, 1000, 4)
-            print(f"loaded and sealed in {time.perf_counter() - t:.1f} s: "
-                  f"{json.dumps({k: v for k, v in loaded.items() if k != 'seal'})[:300]}")
+            print(f"loaded {loaded['rows']} rows and sealed in {time.perf_counter() - t:.1f} s")
             for q in queries:
                 print(f"\n== {q}")
                 plan = json.loads(s.sql(f"EXPLAIN ANALYZE {q}", "json"))
-                for row in plan:
-                    for v in row.values():
-                        print(v)
-                s.run(q)
-                times = []
-                for _ in range(args.runs):
-                    t = time.perf_counter()
-                    s.run(q)
-                    times.append((time.perf_counter() - t) * 1000)
-                print(f"-- {args.runs} runs: median {statistics.median(times):.2f} ms, "
-                      f"min {min(times):.2f}, max {max(times):.2f}")
+                # {"columns": [...], "rows": [[plan_type, plan], ...]}
+                for row in plan["rows"]:
+                    print("\n".join(str(v) for v in row))
+                timed("HTTP, format=arrow", lambda: s.run(q), args.runs)
+                if args.pg:
+                    if pg is None:
+                        pg = SealionPg(s)
+                        pg.start()
+                    timed("pgwire, psycopg rows", lambda: pg.run(q), args.runs)
+                    timed("pgwire, libpq only", lambda: libpq_exec(pg.conn, q), args.runs)
         finally:
+            if pg is not None:
+                pg.stop()
             s.stop()
     return 0
 

@@ -19,8 +19,8 @@ use datafusion::common::ParamValues;
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{ObjectName, Set, Statement};
+use datafusion_postgres::arrow_pg::datatypes::arrow_schema_to_pg_fields;
 use datafusion_postgres::arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
-use datafusion_postgres::arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::hooks::cursor::CursorStatementHook;
 use datafusion_postgres::hooks::set_show::SetShowHook;
@@ -46,6 +46,9 @@ use futures::StreamExt;
 
 use crate::Error;
 use crate::sql::{Handling, Output, Rows, SqlEngine, handling};
+
+mod rows;
+pub use rows::encode_batch;
 
 fn pg_error(e: Error) -> PgWireError {
     PgWireError::UserError(Box::new(ErrorInfo::new(
@@ -169,7 +172,9 @@ async fn encode_rows(
         .map(
             move |batch| -> Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync> {
                 match batch {
-                    Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
+                    // A column at a time (`rows`), as arrow-pg's
+                    // encoder would write each value.
+                    Ok(batch) => Box::new(rows::encode_batch(&row_fields, &batch).into_iter()),
                     // With its SQLSTATE (53200 for a query over its memory
                     // limit), as an error before the stream started has.
                     Err(e) => Box::new(std::iter::once(Err(df_error(e)))),
