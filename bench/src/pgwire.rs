@@ -29,9 +29,6 @@ use datafusion_postgres::pgwire::types::format::FormatOptions;
 use sealion_bench::tsbs::{generate, median};
 use sealion_query::pg::encode_batch;
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser, Debug)]
 #[command(about = "pgwire row encoding: Sealion's encoder against arrow-pg's, same batches")]
 struct Args {

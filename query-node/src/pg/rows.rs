@@ -10,7 +10,8 @@
 //! timestamp format chosen and parsed) and every value is written straight
 //! into its row. ISO timestamps at offset zero (Sealion's `time` column in
 //! the default DateStyle) are written by hand; every other style goes
-//! through chrono with the items parsed once per batch.
+//! through chrono with the items parsed once per batch; binary timestamps
+//! are counted in microseconds as postgres-types counts them.
 //!
 //! The bytes must be arrow-pg's for every value, in both formats, every
 //! DateStyle and every float precision: the tests hold this encoder to
@@ -26,7 +27,7 @@ use std::sync::Arc;
 
 use bytes::{BufMut, BytesMut};
 use chrono::format::{Item, StrftimeItems};
-use chrono::{Datelike, FixedOffset, NaiveDateTime, Timelike};
+use chrono::{Datelike, FixedOffset, NaiveDate, NaiveDateTime, Timelike};
 use datafusion::arrow::array::timezone::Tz;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int32Array, Int64Array, LargeStringArray,
@@ -48,8 +49,11 @@ const ISO: &str = "%Y-%m-%d %H:%M:%S%.6f";
 /// pgwire's format of a `timestamptz` in DateStyle ISO.
 const ISO_TZ: &str = "%Y-%m-%d %H:%M:%S%.6f%:::z";
 
-/// How a timestamp column is written as text.
+/// How a timestamp column is written.
 enum TimeText {
+    /// Binary: microseconds since 2000-01-01 UTC, as postgres-types writes
+    /// chrono's times.
+    Binary,
     /// ISO by hand where the value allows it (years 0 to 9999, offset
     /// zero), else chrono with these items.
     Iso(Vec<Item<'static>>),
@@ -61,6 +65,7 @@ impl TimeText {
     fn items(&self) -> &[Item<'static>] {
         match self {
             TimeText::Iso(items) | TimeText::Items(items) => items,
+            TimeText::Binary => &[],
         }
     }
 
@@ -129,7 +134,7 @@ impl<'a> Column<'a> {
             (DataType::Utf8, &Type::TEXT) => Known::Utf8(array.as_string::<i32>()),
             (DataType::LargeUtf8, &Type::TEXT) => Known::LargeUtf8(array.as_string::<i64>()),
             (DataType::Utf8View, &Type::TEXT) => Known::Utf8View(array.as_string_view()),
-            (DataType::Timestamp(TimeUnit::Nanosecond, zone), _) if is_text(pg) => {
+            (DataType::Timestamp(TimeUnit::Nanosecond, zone), _) => {
                 let style = DateStyle::new(&pg.format_options().date_style);
                 let (tz, format) = match (zone, ty) {
                     (None, &Type::TIMESTAMP) => (None, style.full_format_str().to_string()),
@@ -140,14 +145,18 @@ impl<'a> Column<'a> {
                     },
                     _ => return other(),
                 };
-                let Some(items) = parsed(&format) else {
-                    return other();
-                };
-                let iso = if tz.is_some() { ISO_TZ } else { ISO };
-                let text = if format == iso {
-                    TimeText::Iso(items)
+                let text = if !is_text(pg) {
+                    TimeText::Binary
                 } else {
-                    TimeText::Items(items)
+                    let Some(items) = parsed(&format) else {
+                        return other();
+                    };
+                    let iso = if tz.is_some() { ISO_TZ } else { ISO };
+                    if format == iso {
+                        TimeText::Iso(items)
+                    } else {
+                        TimeText::Items(items)
+                    }
                 };
                 Known::Time {
                     array: array.as_primitive::<TimestampNanosecondType>(),
@@ -181,7 +190,7 @@ impl<'a> Column<'a> {
         }
         let at = buf.len();
         buf.put_i32(0);
-        if known.write(row, pg, buf) {
+        if known.write(row, pg, buf)? {
             let len = (buf.len() - at - 4) as i32;
             buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
         } else {
@@ -208,7 +217,7 @@ impl Known<'_> {
 
     /// Writes the value of `row` (not null). False when it has none: a
     /// timestamp chrono cannot hold, which arrow-pg sends as NULL.
-    fn write(&self, row: usize, pg: &FieldInfo, out: &mut BytesMut) -> bool {
+    fn write(&self, row: usize, pg: &FieldInfo, out: &mut BytesMut) -> PgWireResult<bool> {
         let text = is_text(pg);
         match self {
             Known::Bool(a) => match (text, a.value(row)) {
@@ -231,25 +240,52 @@ impl Known<'_> {
             Known::LargeUtf8(a) => out.put_slice(a.value(row).as_bytes()),
             Known::Utf8View(a) => out.put_slice(a.value(row).as_bytes()),
             Known::Time { array, tz, text } => {
-                let written = match tz {
-                    Some(tz) => array.value_as_datetime_with_tz(row, *tz).map(|t| {
+                let written = match (tz, text) {
+                    // postgres-types writes a zoned time as its UTC time.
+                    (Some(tz), TimeText::Binary) => array
+                        .value_as_datetime_with_tz(row, *tz)
+                        .map(|t| write_micros(out, &t.naive_utc()))
+                        .transpose()?,
+                    (None, TimeText::Binary) => array
+                        .value_as_datetime(row)
+                        .map(|t| write_micros(out, &t))
+                        .transpose()?,
+                    (Some(tz), _) => array.value_as_datetime_with_tz(row, *tz).map(|t| {
                         let t = t.fixed_offset();
                         if !text.by_hand(out, &t.naive_local(), Some(*t.offset())) {
                             write_display(out, t.format_with_items(text.items().iter()));
                         }
                     }),
-                    None => array.value_as_datetime(row).map(|t| {
+                    (None, _) => array.value_as_datetime(row).map(|t| {
                         if !text.by_hand(out, &t, None) {
                             write_display(out, t.format_with_items(text.items().iter()));
                         }
                     }),
                 };
-                return written.is_some();
+                return Ok(written.is_some());
             }
         }
-        true
+        Ok(true)
     }
 }
+
+/// A binary `timestamp[tz]`: microseconds from 2000-01-01 00:00 UTC, by
+/// the same chrono arithmetic as postgres-types, and its error past i64
+/// microseconds (beyond any nanosecond timestamp).
+fn write_micros(out: &mut BytesMut, utc: &NaiveDateTime) -> PgWireResult<()> {
+    let micros = utc
+        .signed_duration_since(POSTGRES_EPOCH)
+        .num_microseconds()
+        .ok_or_else(|| PgWireError::ApiError("value too large to transmit".into()))?;
+    out.put_i64(micros);
+    Ok(())
+}
+
+/// PostgreSQL's epoch for binary times.
+const POSTGRES_EPOCH: NaiveDateTime = match NaiveDate::from_ymd_opt(2000, 1, 1) {
+    Some(d) => d.and_time(chrono::NaiveTime::MIN),
+    None => panic!("2000-01-01 is a date"),
+};
 
 fn write_display(out: &mut BytesMut, v: impl std::fmt::Display) {
     // A BytesMut grows, and numbers and chrono's items for pgwire's
