@@ -453,6 +453,11 @@ pub(crate) fn exact_scan(plan: &LogicalPlan) -> Option<ExactScan<'_>> {
             filters.push(c.clone());
         }
     }
+    // Conjuncts within the nodes' limits one by one may pass them together,
+    // and then none of them is pushed.
+    if crate::pushdown::push(&table, &filters).field_over_limits {
+        return None;
+    }
     Some(ExactScan {
         provider,
         table,

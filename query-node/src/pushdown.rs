@@ -16,10 +16,19 @@ use sealion_common::proto::{
     FieldPredicateList, FieldValue, FieldValueCompare, Literal, Partition, Table, TagOp,
     TagPredicate, field_predicate, field_value, literal,
 };
+use sealion_format::scan::predicate::{MAX_PREDICATE_DEPTH, MAX_PREDICATE_NODES};
 use sealion_format::sealed::TagFilters;
 
 /// Most values pushed in one IN list (the node's own limit is higher).
 pub(crate) const MAX_PUSHED_IN_VALUES: usize = 10_000;
+
+/// Deepest nesting of one pushed field conjunct, in protobuf messages.
+/// The node's compiler refuses a predicate nested deeper than
+/// [`MAX_PREDICATE_DEPTH`] of its own levels (each at least one message),
+/// and prost's decoder one nested deeper than 100 messages; a conjunct
+/// nested this deep still fits both inside the `AND` that [`push`] wraps
+/// around several (two messages more) and the scan request around that.
+const MAX_PUSHED_FIELD_DEPTH: usize = MAX_PREDICATE_DEPTH - 4;
 
 /// The part of a scan's filters that storage nodes evaluate.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -29,6 +38,11 @@ pub struct Pushed {
     /// Per tag compared with `=` or `IN`: the values it may take. A
     /// partition whose tag filters hold none of them cannot match.
     pub tag_sets: Vec<(String, Vec<String>)>,
+    /// Field conjuncts the nodes evaluate together made a predicate past
+    /// the nodes' size limits, so none was pushed: DataFusion alone
+    /// applies them, and a plan that needs the nodes to apply every
+    /// conjunct (a pushed aggregate) must not be made.
+    pub field_over_limits: bool,
 }
 
 fn column_of<'a>(table: &'a Table, e: &Expr) -> Option<&'a sealion_common::proto::Column> {
@@ -172,21 +186,82 @@ fn compare_op(op: Operator) -> Option<(CompareOp, CompareOp)> {
     })
 }
 
-/// A filter over field columns in the node's terms, when it has one.
+/// A filter over field columns in the node's terms, when it has one that
+/// the node accepts: a filter nested deeper than the node's limits (a sum
+/// of a hundred fields, an OR of a hundred comparisons) would fail the
+/// query there, so it is left to DataFusion.
 pub(crate) fn field_predicate(table: &Table, e: &Expr) -> Option<FieldPredicate> {
+    field_predicate_of(table, e, 0).filter(|p| {
+        let (nodes, depth) = predicate_size(p);
+        nodes <= MAX_PREDICATE_NODES && depth <= MAX_PUSHED_FIELD_DEPTH
+    })
+}
+
+/// How many nodes `p` has as the node's compiler counts them (each
+/// predicate and each arithmetic value), and how deep it nests in
+/// protobuf messages.
+fn predicate_size(p: &FieldPredicate) -> (usize, usize) {
+    let (nodes, depth) = match &p.expr {
+        Some(field_predicate::Expr::All(l) | field_predicate::Expr::Any(l)) => {
+            let (n, d) = l
+                .terms
+                .iter()
+                .map(predicate_size)
+                .fold((0, 0), |(n, d), (tn, td)| (n + tn, d.max(td)));
+            // The list is a message of its own.
+            (n, d + 1)
+        }
+        Some(field_predicate::Expr::Not(inner)) => predicate_size(inner),
+        // The comparison's message and its literal's.
+        Some(field_predicate::Expr::Compare(_)) => (0, 2),
+        Some(field_predicate::Expr::CompareValues(c)) => {
+            let (ln, ld) = c.left.as_ref().map_or((0, 0), value_size);
+            let (rn, rd) = c.right.as_ref().map_or((0, 0), value_size);
+            (ln + rn, 1 + ld.max(rd))
+        }
+        Some(field_predicate::Expr::IsNull(_) | field_predicate::Expr::IsNotNull(_)) | None => {
+            (0, 0)
+        }
+    };
+    (nodes + 1, depth + 1)
+}
+
+fn value_size(v: &FieldValue) -> (usize, usize) {
+    let (nodes, depth) = match &v.value {
+        Some(field_value::Value::Arith(a)) => {
+            let (ln, ld) = a.left.as_deref().map_or((0, 0), value_size);
+            let (rn, rd) = a.right.as_deref().map_or((0, 0), value_size);
+            // The arithmetic is a message of its own.
+            (ln + rn, 1 + ld.max(rd))
+        }
+        Some(field_value::Value::Literal(_)) => (0, 1),
+        Some(field_value::Value::Column(_)) | None => (0, 0),
+    };
+    (nodes + 1, depth + 1)
+}
+
+/// `e` as a field predicate, built only as deep as the nodes could take
+/// it: `depth` is this call's nesting, and each level is at least one
+/// protobuf message, so nothing deeper is looked at (a filter of any depth
+/// costs no more than that here).
+fn field_predicate_of(table: &Table, e: &Expr, depth: usize) -> Option<FieldPredicate> {
+    if depth > MAX_PUSHED_FIELD_DEPTH {
+        return None;
+    }
+    let depth = depth + 1;
     let wrap = |expr| Some(FieldPredicate { expr: Some(expr) });
     match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
             Operator::And => wrap(field_predicate::Expr::All(FieldPredicateList {
                 terms: vec![
-                    field_predicate(table, left)?,
-                    field_predicate(table, right)?,
+                    field_predicate_of(table, left, depth)?,
+                    field_predicate_of(table, right, depth)?,
                 ],
             })),
             Operator::Or => wrap(field_predicate::Expr::Any(FieldPredicateList {
                 terms: vec![
-                    field_predicate(table, left)?,
-                    field_predicate(table, right)?,
+                    field_predicate_of(table, left, depth)?,
+                    field_predicate_of(table, right, depth)?,
                 ],
             })),
             op => {
@@ -201,8 +276,8 @@ pub(crate) fn field_predicate(table: &Table, e: &Expr) -> Option<FieldPredicate>
                     (l, r) => {
                         // Arithmetic, or two columns: values of one type.
                         let mut ty = None;
-                        let left = field_value(table, l, &mut ty)?;
-                        let right = field_value(table, r, &mut ty)?;
+                        let left = field_value(table, l, &mut ty, depth)?;
+                        let right = field_value(table, r, &mut ty, depth)?;
                         return wrap(field_predicate::Expr::CompareValues(FieldValueCompare {
                             left: Some(left),
                             op: as_written as i32,
@@ -217,8 +292,8 @@ pub(crate) fn field_predicate(table: &Table, e: &Expr) -> Option<FieldPredicate>
                 }))
             }
         },
-        Expr::Not(inner) => wrap(field_predicate::Expr::Not(Box::new(field_predicate(
-            table, inner,
+        Expr::Not(inner) => wrap(field_predicate::Expr::Not(Box::new(field_predicate_of(
+            table, inner, depth,
         )?))),
         Expr::IsNull(inner) => wrap(field_predicate::Expr::IsNull(
             field_column(table, inner)?.name.clone(),
@@ -236,7 +311,16 @@ pub(crate) fn field_predicate(table: &Table, e: &Expr) -> Option<FieldPredicate>
 /// already cast what SQL mixes; a cast left in the expression, a NULL
 /// literal, division (which errors on zero for integers) and anything else
 /// are not pushed.
-fn field_value(table: &Table, e: &Expr, ty: &mut Option<DataType>) -> Option<FieldValue> {
+fn field_value(
+    table: &Table,
+    e: &Expr,
+    ty: &mut Option<DataType>,
+    depth: usize,
+) -> Option<FieldValue> {
+    if depth > MAX_PUSHED_FIELD_DEPTH {
+        return None;
+    }
+    let depth = depth + 1;
     let mut same = |t: DataType| match *ty {
         None => {
             *ty = Some(t);
@@ -270,8 +354,8 @@ fn field_value(table: &Table, e: &Expr, ty: &mut Option<DataType>) -> Option<Fie
                 Operator::Multiply => ArithOp::ArithMul,
                 _ => return None,
             };
-            let left = field_value(table, left, ty)?;
-            let right = field_value(table, right, ty)?;
+            let left = field_value(table, left, ty, depth)?;
+            let right = field_value(table, right, ty, depth)?;
             field_value::Value::Arith(Box::new(FieldArith {
                 op: op as i32,
                 left: Some(Box::new(left)),
@@ -369,6 +453,15 @@ pub fn push(table: &Table, filters: &[Expr]) -> Pushed {
             })),
         }),
     };
+    // Each conjunct fits the nodes' limits alone; together they may not.
+    if out
+        .field
+        .as_ref()
+        .is_some_and(|p| predicate_size(p).0 > MAX_PREDICATE_NODES)
+    {
+        out.field = None;
+        out.field_over_limits = true;
+    }
     out
 }
 
@@ -493,6 +586,67 @@ mod tests {
         for e in refused {
             assert_eq!(push(&t, std::slice::from_ref(&e)), Pushed::default(), "{e}");
         }
+    }
+
+    /// Whether a storage node takes `p` as pushed: through protobuf (as a
+    /// cluster's nodes get it) and through the node's compiler.
+    fn node_accepts(t: &Table, p: &FieldPredicate) -> Result<(), String> {
+        use prost::Message;
+        let req = sealion_common::proto::ScanRequest {
+            field_predicate: Some(p.clone()),
+            ..Default::default()
+        };
+        let back = sealion_common::proto::ScanRequest::decode(req.encode_to_vec().as_slice())
+            .map_err(|e| e.to_string())?;
+        let field = back.field_predicate.ok_or("no predicate after decoding")?;
+        sealion_format::scan::predicate::FieldFilter::compile(&field, &t.columns)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn filters_past_the_nodes_limits_stay_with_datafusion() {
+        let t = table();
+        let sum = |terms: usize| {
+            (1..terms)
+                .fold(col("usage"), |e, _| e + col("usage"))
+                .gt(lit(1.0))
+        };
+        let any = |terms: usize| {
+            (1..terms).fold(col("usage").gt(lit(0.0)), |e, i| {
+                e.or(col("usage").gt(lit(i as f64)))
+            })
+        };
+        let not = |terms: usize| (0..terms).fold(col("usage").gt(lit(0.0)), |e, _| !e);
+        let mut pushed = 0;
+        for terms in [1, 2, 5, 10, 20, 25, 28, 30, 33, 40, 50, 64, 80, 200, 1_000] {
+            for e in [sum(terms), any(terms), not(terms)] {
+                let p = push(&t, std::slice::from_ref(&e));
+                assert!(!p.field_over_limits, "one conjunct: {terms}");
+                match p.field {
+                    Some(f) => {
+                        node_accepts(&t, &f).unwrap_or_else(|err| panic!("{terms}: {err}"));
+                        pushed += 1;
+                    }
+                    None => assert!(terms > 25, "{terms} terms should be pushed"),
+                }
+            }
+        }
+        assert!(pushed >= 18, "small filters are pushed ({pushed})");
+        assert!(push(&t, &[sum(80)]).field.is_none());
+        // Conjuncts small alone, too many together: none is pushed, and
+        // the scan says so (an aggregate over it cannot be pushed).
+        let many =
+            |n: usize| -> Vec<Expr> { (0..n).map(|i| col("usage").gt(lit(i as f64))).collect() };
+        let p = push(&t, &many(MAX_PREDICATE_NODES));
+        assert!(
+            p.field.is_none() && p.field_over_limits,
+            "{:?}",
+            p.field.map(|_| ())
+        );
+        let p = push(&t, &many(MAX_PREDICATE_NODES / 2));
+        assert!(!p.field_over_limits);
+        node_accepts(&t, &p.field.expect("pushed")).expect("the node takes it");
     }
 
     #[test]

@@ -411,6 +411,36 @@ async fn check_all(http: &Http, ctx: &SessionContext, stage: &str) {
     }
 }
 
+/// Filters nested past what the nodes accept (a sum of many fields, an OR
+/// of many comparisons) are left to DataFusion, so the query still
+/// answers; nested less, they are pushed as any other.
+async fn check_over_limits(http: &Http, ctx: &SessionContext, stage: &str) {
+    let sum = |terms: usize| vec!["usage"; terms].join(" + ");
+    let any = |terms: usize| {
+        (0..terms)
+            .map(|i| format!("n = {}", i as i64 - 10))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    };
+    for (filter, pushed) in [
+        (format!("{} > {}", sum(10), 10 * 50), true),
+        (format!("{} > {}", sum(80), 80 * 50), false),
+        (format!("({}) AND usage > 20", any(200)), false),
+    ] {
+        let sql = format!("SELECT host, count(*), sum(n) FROM cpu WHERE {filter} GROUP BY host");
+        let got = sorted(http.rows("public", &sql).await, 1);
+        let want = sorted(model_rows(ctx, &sql).await, 1);
+        assert!(!want.is_empty(), "{stage}: {sql} selects rows");
+        assert_eq!(got, want, "{stage}: {sql}");
+        let plan = explain(http, &sql).await;
+        assert_eq!(
+            plan.contains("SealionAggregateExec"),
+            pushed,
+            "{stage}: {sql} pushed down should be {pushed}; plan:\n{plan}"
+        );
+    }
+}
+
 /// `ORDER BY time LIMIT n` queries: (SQL, pushed down). The first column
 /// is the time; rows that tie on it may be any of the tied rows.
 const TIME_ORDERED: &[(&str, bool)] = &[
@@ -687,6 +717,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     check_bucket_limited(&s.http, &ctx, "open").await;
     check_series_limited(&s.http, &ctx, "open").await;
     check_last_point(&s.http, &ctx, "open").await;
+    check_over_limits(&s.http, &ctx, "open").await;
 
     // Seal all three days; then late rows for one host and a DELETE for
     // another, both pending on the sealed files; and an open partition.
@@ -727,6 +758,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     check_bucket_limited(&s.http, &ctx, "sealed with late rows and a delete").await;
     check_series_limited(&s.http, &ctx, "sealed with late rows and a delete").await;
     check_last_point(&s.http, &ctx, "sealed with late rows and a delete").await;
+    check_over_limits(&s.http, &ctx, "sealed with late rows and a delete").await;
     // With no time range, the newest rows are found in the newest
     // partition that holds rows: older ones are never read. (Meta creates
     // the partition after the current one ahead of the data; it is empty,
@@ -1053,6 +1085,7 @@ async fn random_aggregates_on_a_cluster_answer_as_datafusion_does() {
     check_random(http, &ctx, seed ^ 0x9e37, 60, "sealed, late rows, delete").await;
     check_bucket_limited(http, &ctx, "cluster, sealed").await;
     check_series_limited(http, &ctx, "cluster, sealed").await;
+    check_over_limits(http, &ctx, "cluster, sealed").await;
     drop(cluster);
 }
 
