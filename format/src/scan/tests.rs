@@ -44,8 +44,12 @@ fn table() -> Vec<Column> {
         col("time", ColumnKind::Time, DataType::Timestamp),
         col("usage", ColumnKind::Field, DataType::Float64),
         col("count", ColumnKind::Field, DataType::Int64),
+        col("idle", ColumnKind::Field, DataType::Float64),
     ]
 }
+
+/// How many columns [`table`] has.
+const COLUMNS: usize = 6;
 
 /// One generated row.
 #[derive(Debug, Clone)]
@@ -55,6 +59,9 @@ struct Row {
     time: i64,
     usage: Option<f64>,
     count: Option<i64>,
+    /// A second DOUBLE field, NULL in other rows than `usage`, so value
+    /// comparisons read two columns whose pages end at other rows.
+    idle: Option<f64>,
 }
 
 /// The rows as the engine stores them: encoded, in key order, one per
@@ -63,7 +70,7 @@ fn stored(rows: &[Row]) -> Vec<SortedRow> {
     stored_in(&table(), rows)
 }
 
-/// [`stored`] for a table whose columns (the same five) are `columns`, in
+/// [`stored`] for a table whose columns (the same six) are `columns`, in
 /// that order: stored fields name their column by its index there.
 fn stored_in(columns: &[Column], rows: &[Row]) -> Vec<SortedRow> {
     if rows.is_empty() {
@@ -90,6 +97,9 @@ fn stored_in(columns: &[Column], rows: &[Row]) -> Vec<SortedRow> {
                 )),
                 "count" => Arc::new(Int64Array::from(
                     rows.iter().map(|r| r.count).collect::<Vec<_>>(),
+                )),
+                "idle" => Arc::new(Float64Array::from(
+                    rows.iter().map(|r| r.idle).collect::<Vec<_>>(),
                 )),
                 other => panic!("no column {other} in the test table"),
             }
@@ -121,6 +131,7 @@ struct Model {
     time: i64,
     usage: Option<f64>,
     count: Option<i64>,
+    idle: Option<f64>,
 }
 
 fn model_rows(rows: &[SortedRow]) -> Vec<Model> {
@@ -146,6 +157,10 @@ fn model_rows(rows: &[SortedRow]) -> Vec<Model> {
                 },
                 count: match f("count") {
                     Some(crate::rows::Value::I64(x)) => Some(x),
+                    _ => None,
+                },
+                idle: match f("idle") {
+                    Some(crate::rows::Value::F64(x)) => Some(x),
                     _ => None,
                 },
             }
@@ -174,24 +189,29 @@ enum FieldP {
     Not(Box<FieldP>),
     UsageNull,
     CountNotNull,
-    /// Two arithmetic values over `usage` (DOUBLE) compared.
+    /// Two arithmetic values over `usage` and `idle` (DOUBLE) compared.
     UsageValues(NumP, CompareOp, NumP),
     /// Two arithmetic values over `count` (BIGINT) compared.
     CountValues(NumP, CompareOp, NumP),
 }
 
-/// An arithmetic value over one column; literals are read as `x / 2` for
-/// DOUBLE and as `x` for BIGINT.
+/// An arithmetic value over the columns of one type; literals are read as
+/// `x / 2` for DOUBLE and as `x` for BIGINT.
 #[derive(Debug, Clone)]
 enum NumP {
+    /// `usage` or `count`.
     Col,
+    /// `idle` (DOUBLE only).
+    Idle,
     Lit(i64),
     Op(ArithOp, Box<NumP>, Box<NumP>),
 }
 
-fn num_p() -> impl Strategy<Value = NumP> {
+fn num_p(float: bool) -> impl Strategy<Value = NumP> {
     let leaf = prop_oneof![
         3 => Just(NumP::Col),
+        // The other DOUBLE column; BIGINT has one column only.
+        2 => Just(if float { NumP::Idle } else { NumP::Col }),
         3 => (-6..12i64).prop_map(NumP::Lit),
         // BIGINT arithmetic wraps on overflow; DOUBLE goes to infinity.
         1 => Just(NumP::Lit(i64::MAX)),
@@ -212,12 +232,13 @@ fn num_p() -> impl Strategy<Value = NumP> {
 }
 
 /// NULL when the value reads a NULL column.
-fn model_f64(n: &NumP, usage: Option<f64>) -> Option<f64> {
+fn model_f64(n: &NumP, m: &Model) -> Option<f64> {
     Some(match n {
-        NumP::Col => usage?,
+        NumP::Col => m.usage?,
+        NumP::Idle => m.idle?,
         NumP::Lit(x) => *x as f64 / 2.0,
         NumP::Op(op, a, b) => {
-            let (x, y) = (model_f64(a, usage)?, model_f64(b, usage)?);
+            let (x, y) = (model_f64(a, m)?, model_f64(b, m)?);
             match op {
                 ArithOp::ArithAdd => x + y,
                 ArithOp::ArithSub => x - y,
@@ -230,6 +251,7 @@ fn model_f64(n: &NumP, usage: Option<f64>) -> Option<f64> {
 fn model_i64(n: &NumP, count: Option<i64>) -> Option<i64> {
     Some(match n {
         NumP::Col => count?,
+        NumP::Idle => unreachable!("no second BIGINT column"),
         NumP::Lit(x) => *x,
         NumP::Op(op, a, b) => {
             let (x, y) = (model_i64(a, count)?, model_i64(b, count)?);
@@ -245,6 +267,7 @@ fn model_i64(n: &NumP, count: Option<i64>) -> Option<i64> {
 fn proto_num(n: &NumP, column: &str, float: bool) -> FieldValue {
     let value = match n {
         NumP::Col => field_value::Value::Column(column.into()),
+        NumP::Idle => field_value::Value::Column("idle".into()),
         NumP::Lit(x) => field_value::Value::Literal(Literal {
             value: Some(if float {
                 literal::Value::F64(*x as f64 / 2.0)
@@ -330,8 +353,8 @@ fn field_p() -> impl Strategy<Value = FieldP> {
         (cmp_op(), -3..8i64).prop_map(|(o, x)| FieldP::Count(o, x)),
         Just(FieldP::UsageNull),
         Just(FieldP::CountNotNull),
-        (num_p(), cmp_op(), num_p()).prop_map(|(a, o, b)| FieldP::UsageValues(a, o, b)),
-        (num_p(), cmp_op(), num_p()).prop_map(|(a, o, b)| FieldP::CountValues(a, o, b)),
+        (num_p(true), cmp_op(), num_p(true)).prop_map(|(a, o, b)| FieldP::UsageValues(a, o, b)),
+        (num_p(false), cmp_op(), num_p(false)).prop_map(|(a, o, b)| FieldP::CountValues(a, o, b)),
     ];
     leaf.prop_recursive(2, 6, 2, |inner| {
         prop_oneof![
@@ -350,6 +373,7 @@ fn agg_kind() -> impl Strategy<Value = (AggregateKind, &'static str)> {
         Just((AggregateKind::Sum, "count")),
         Just((AggregateKind::Min, "usage")),
         Just((AggregateKind::Max, "usage")),
+        Just((AggregateKind::Sum, "idle")),
         Just((AggregateKind::Max, "count")),
         Just((AggregateKind::Avg, "count")),
         Just((AggregateKind::First, "usage")),
@@ -406,8 +430,8 @@ fn req() -> impl Strategy<Value = Req> {
         prop::option::of(field_p()),
         want(),
         prop_oneof![
-            3 => Just(vec![true; 5]),
-            1 => prop::collection::vec(any::<bool>(), 5)
+            3 => Just(vec![true; COLUMNS]),
+            1 => prop::collection::vec(any::<bool>(), COLUMNS)
         ],
     )
         .prop_map(|((start, end), tags, field, want, columns)| Req {
@@ -447,13 +471,15 @@ fn row() -> impl Strategy<Value = Row> {
         ],
         prop::option::weighted(0.85, special_f64()),
         prop::option::weighted(0.8, -5..10i64),
+        prop::option::weighted(0.7, special_f64()),
     )
-        .prop_map(|(host, region, time, usage, count)| Row {
+        .prop_map(|(host, region, time, usage, count, idle)| Row {
             host,
             region,
             time,
             usage,
             count,
+            idle,
         })
 }
 
@@ -651,7 +677,7 @@ fn field_ok(p: &FieldP, m: &Model) -> Option<bool> {
         FieldP::UsageNull => Some(m.usage.is_none()),
         FieldP::CountNotNull => Some(m.count.is_some()),
         FieldP::UsageValues(a, op, b) => {
-            let (x, y) = (model_f64(a, m.usage)?, model_f64(b, m.usage)?);
+            let (x, y) = (model_f64(a, m)?, model_f64(b, m)?);
             Some(cmp_holds::<f64>(*op, x.total_cmp(&y)))
         }
         FieldP::CountValues(a, op, b) => {
@@ -719,6 +745,7 @@ fn model_row_text(m: &Model, columns: &[bool]) -> Vec<String> {
         m.time.to_string(),
         m.usage.map(|x| format!("{x:?}")).unwrap_or_default(),
         m.count.map(|x| x.to_string()).unwrap_or_default(),
+        m.idle.map(|x| format!("{x:?}")).unwrap_or_default(),
     ]
     .into_iter()
     .zip(columns)
@@ -804,7 +831,7 @@ fn model_answer(r: &Req, rows: &[Model]) -> Answer {
                         .map(|(k, c)| {
                             let input = match *c {
                                 "" => sealion_partial::ValueType::Bool,
-                                "usage" => sealion_partial::ValueType::F64,
+                                "usage" | "idle" => sealion_partial::ValueType::F64,
                                 "count" | "time" => sealion_partial::ValueType::I64,
                                 _ => sealion_partial::ValueType::Str,
                             };
@@ -816,6 +843,7 @@ fn model_answer(r: &Req, rows: &[Model]) -> Answer {
                     let v = match *c {
                         "" => Some(PValue::Bool(true)),
                         "usage" => m.usage.map(PValue::F64),
+                        "idle" => m.idle.map(PValue::F64),
                         "count" => m.count.map(PValue::I64),
                         "time" => Some(PValue::I64(m.time)),
                         "host" => m.host.clone().map(PValue::Str),
@@ -1052,6 +1080,7 @@ fn fleet() -> Vec<SortedRow> {
                 time: i * 10,
                 usage: Some(f64::from((h * 7 + i as i32) % 100)),
                 count: Some(i),
+                idle: None,
             });
         }
     }
@@ -1064,7 +1093,7 @@ fn plain_req() -> ScanRequest {
         end: i64::MAX,
         tags: vec![],
         field: None,
-        columns: vec![true; 5],
+        columns: vec![true; COLUMNS],
         want: Want::Rows { limit: 0 },
     })
 }
@@ -1146,7 +1175,7 @@ fn wide_buckets_fold_whole_pages_from_their_statistics() {
         end: i64::MAX,
         tags: vec![],
         field: None,
-        columns: vec![true; 5],
+        columns: vec![true; COLUMNS],
         want: Want::Agg {
             width: 1_000_000,
             origin: 0,
@@ -1181,7 +1210,7 @@ fn newest_first_stops_once_the_limit_is_certain() {
         end: i64::MAX,
         tags: vec![TagP::Eq("host", "host_03".into())],
         field: None,
-        columns: vec![true; 5],
+        columns: vec![true; COLUMNS],
         want: Want::Ordered {
             desc: true,
             limit: 5,
@@ -1209,7 +1238,7 @@ fn newest_first_decodes_only_the_pages_of_the_newest_rows() {
             end: i64::MAX,
             tags: vec![TagP::Eq("host", "host_13".into())],
             field: None,
-            columns: vec![true; 5],
+            columns: vec![true; COLUMNS],
             want: Want::Ordered { desc, limit },
         };
         let (sealed, m) = run_sealed(&to_proto(&r), &file);
@@ -1263,7 +1292,7 @@ fn newest_row_comes_from_the_directory_when_it_can() {
             end,
             tags,
             field,
-            columns: vec![true; 5],
+            columns: vec![true; COLUMNS],
             want: Want::Ordered { desc, limit: 1 },
         };
         let (sealed, m) = run_sealed(&to_proto(&r), &file);
@@ -1405,6 +1434,7 @@ fn field_statistics_skip_pages_only_when_no_row_can_pass() {
             time: i,
             usage: Some(i as f64 / 2.0),
             count: if i % 5 == 0 { None } else { Some(i) },
+            idle: None,
         })
         .collect();
     let stored = stored(&rows);
@@ -1437,7 +1467,7 @@ fn field_statistics_skip_pages_only_when_no_row_can_pass() {
                     end: i64::MAX,
                     tags: vec![],
                     field: Some(field),
-                    columns: vec![true; 5],
+                    columns: vec![true; COLUMNS],
                     want: Want::Rows { limit: 0 },
                 };
                 let (sealed, m) = run_sealed(&to_proto(&r), &file);
@@ -1467,6 +1497,7 @@ fn one_series(points: &[(i64, f64)]) -> Vec<SortedRow> {
                 time,
                 usage: Some(u),
                 count: None,
+                idle: None,
             })
             .collect::<Vec<_>>(),
     )
@@ -1489,7 +1520,7 @@ fn float_sums_are_the_same_on_every_path() {
                 end: i64::MAX,
                 tags: vec![],
                 field: None,
-                columns: vec![true; 5],
+                columns: vec![true; COLUMNS],
                 want: Want::Agg {
                     width: 0,
                     origin: 0,
@@ -1523,7 +1554,7 @@ fn rows_outside_the_range_do_not_break_bucketing() {
         end: 100,
         tags: vec![],
         field: None,
-        columns: vec![true; 5],
+        columns: vec![true; COLUMNS],
         want: Want::Agg {
             width: 10,
             origin: 0,
@@ -1556,6 +1587,7 @@ fn a_tag_without_a_column_in_the_file_still_answers() {
             time: 1,
             usage: Some(1.0),
             count: Some(1),
+            idle: None,
         }],
     );
     let dir = tempfile::tempdir().unwrap();
@@ -1573,7 +1605,7 @@ fn a_tag_without_a_column_in_the_file_still_answers() {
     req.table_columns = newer.clone();
     let sealed = batch_rows(&run_sealed(&req, &file).0);
     assert_eq!(sealed, batch_rows(&run_plain(&req, &rows).0));
-    assert_eq!(sealed[0][4], "r0");
+    assert_eq!(sealed[0][newer.len() - 1], "r0");
 }
 
 /// Every tag pinned: the one series is found by binary search in the
@@ -1594,7 +1626,7 @@ fn a_fully_pinned_series_is_looked_up_by_key() {
                 TagP::Eq("region", region.into()),
             ],
             field: None,
-            columns: vec![true; 5],
+            columns: vec![true; COLUMNS],
             want: Want::Rows { limit: 0 },
         };
         let (sealed, m) = run_sealed(&to_proto(&r), &file);
