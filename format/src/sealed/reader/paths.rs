@@ -26,7 +26,7 @@ use super::value::ChunkRole;
 use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
 use crate::columnar::{ColumnType, ColumnValues, Page, StatValue, Sum};
 use crate::rows::{ColumnBuilder, Value, decode_fields};
-use crate::scan::predicate::{Expr, Num, NumType, compare, holds};
+use crate::scan::predicate::{Expr, Num, NumType, columnwise, compare};
 use crate::scan::{AggPlan, CallSource, Metrics, Mode, Output, Query, SeriesCtx, aggregate_error};
 use crate::sealed::format::series_cmp;
 use crate::{Error, Result, SCAN_BATCH_ROWS};
@@ -434,6 +434,14 @@ impl SealedFile {
                 .as_deref()
                 .ok_or_else(|| Error::Internal("filter pages were not decoded".into()))
         };
+        let short = || Error::Corrupt {
+            partition_id: self.partition_id,
+            reason: format!(
+                "a decoded page of {} is shorter than its directory entry",
+                self.path.display()
+            ),
+        };
+        let mut sc = Scratch::default();
         let mut kept = ranges.clone();
         for step in plan {
             let mut next: Ranges = Vec::with_capacity(kept.len());
@@ -447,30 +455,32 @@ impl SealedFile {
                             let page = pages.get(p).and_then(Option::as_ref).ok_or_else(|| {
                                 Error::Internal("filter page was not decoded".into())
                             })?;
-                            let off = infos[p].first_row as usize;
+                            let i = lo - infos[p].first_row as usize;
+                            let n = hi - lo;
+                            sc.keep.clear();
+                            sc.keep.resize(n, false);
                             match (&page.values, lit) {
                                 (ColumnValues::Float64(v), Value::F64(l)) => {
-                                    for row in lo..hi {
-                                        let i = row - off;
-                                        runs.mark(
-                                            row,
-                                            s,
-                                            !page.is_null(i) && holds(op, v[i].total_cmp(l)),
-                                        );
-                                    }
+                                    let v = v.get(i..i + n).ok_or_else(short)?;
+                                    columnwise::compare_f64_lit(
+                                        op,
+                                        v,
+                                        *l,
+                                        &mut sc.keys.0,
+                                        &mut sc.keep,
+                                    );
                                 }
                                 (ColumnValues::Int64(v), Value::I64(l)) => {
-                                    for row in lo..hi {
-                                        let i = row - off;
-                                        runs.mark(
-                                            row,
-                                            s,
-                                            !page.is_null(i) && holds(op, v[i].cmp(l)),
-                                        );
-                                    }
+                                    let v = v.get(i..i + n).ok_or_else(short)?;
+                                    columnwise::compare_i64_lit(op, v, *l, &mut sc.keep);
                                 }
                                 _ => return Ok(None),
                             }
+                            if let Some(nulls) = &page.nulls {
+                                let nulls = nulls.get(i..i + n).ok_or_else(short)?;
+                                columnwise::drop_nulls(&mut sc.keep, nulls);
+                            }
+                            runs.mark_all(lo, s, &sc.keep);
                         }
                         runs.end(b, s);
                     }
@@ -491,48 +501,108 @@ impl SealedFile {
                             None => None,
                         });
                     }
-                    let mut broken = false;
+                    // Per filter column, the page holding the segment's
+                    // first row and that row's index in it.
+                    let mut held: Vec<Option<(&Page, usize)>> = Vec::with_capacity(cursors.len());
                     for &(a, b, s) in &kept {
-                        for row in a..b {
-                            let mut at = |k: usize| -> Option<(&Page, usize)> {
-                                let got = cursors.get_mut(k)?.as_mut()?.at(row);
-                                broken |= got.is_none();
-                                got
-                            };
-                            let keep = match ty {
+                        let mut row = a;
+                        while row < b {
+                            // The segment: rows from `row` on that every
+                            // column read holds in one decoded page.
+                            let mut hi = b;
+                            held.clear();
+                            for cursor in cursors.iter_mut() {
+                                let Some(cursor) = cursor else {
+                                    held.push(None);
+                                    continue;
+                                };
+                                let (page, i) = cursor.at(row).ok_or_else(|| {
+                                    Error::Internal("filter page was not decoded".into())
+                                })?;
+                                hi = hi.min(row + page.len().saturating_sub(i));
+                                held.push(Some((page, i)));
+                            }
+                            if hi <= row {
+                                return Err(short());
+                            }
+                            let n = hi - row;
+                            sc.keep.clear();
+                            sc.keep.resize(n, false);
+                            let evaluated = match ty {
                                 NumType::F64 => {
-                                    let mut f = |k: usize| match at(k)? {
-                                        (page, i) if !page.is_null(i) => match &page.values {
-                                            ColumnValues::Float64(v) => Some(v[i]),
-                                            _ => None,
-                                        },
-                                        _ => None,
-                                    };
-                                    match (left.eval_f64(&mut f), right.eval_f64(&mut f)) {
-                                        (Some(x), Some(y)) => holds(op, x.total_cmp(&y)),
-                                        _ => false,
+                                    let cols: Vec<Option<&[f64]>> = held
+                                        .iter()
+                                        .map(|h| match h {
+                                            Some((page, i)) => match &page.values {
+                                                ColumnValues::Float64(v) => v.get(*i..*i + n),
+                                                _ => None,
+                                            },
+                                            None => None,
+                                        })
+                                        .collect();
+                                    let (l, r) = &mut sc.f;
+                                    let ok =
+                                        columnwise::eval_f64(left, &cols, n, l, &mut sc.spare_f)
+                                            && columnwise::eval_f64(
+                                                right,
+                                                &cols,
+                                                n,
+                                                r,
+                                                &mut sc.spare_f,
+                                            );
+                                    if ok {
+                                        columnwise::compare_f64(
+                                            op,
+                                            l,
+                                            r,
+                                            &mut sc.keys,
+                                            &mut sc.keep,
+                                        );
                                     }
+                                    ok
                                 }
                                 NumType::I64 => {
-                                    let mut f = |k: usize| match at(k)? {
-                                        (page, i) if !page.is_null(i) => match &page.values {
-                                            ColumnValues::Int64(v) => Some(v[i]),
-                                            _ => None,
-                                        },
-                                        _ => None,
-                                    };
-                                    match (left.eval_i64(&mut f), right.eval_i64(&mut f)) {
-                                        (Some(x), Some(y)) => holds(op, x.cmp(&y)),
-                                        _ => false,
+                                    let cols: Vec<Option<&[i64]>> = held
+                                        .iter()
+                                        .map(|h| match h {
+                                            Some((page, i)) => match &page.values {
+                                                ColumnValues::Int64(v) => v.get(*i..*i + n),
+                                                _ => None,
+                                            },
+                                            None => None,
+                                        })
+                                        .collect();
+                                    let (l, r) = &mut sc.i;
+                                    let ok =
+                                        columnwise::eval_i64(left, &cols, n, l, &mut sc.spare_i)
+                                            && columnwise::eval_i64(
+                                                right,
+                                                &cols,
+                                                n,
+                                                r,
+                                                &mut sc.spare_i,
+                                            );
+                                    if ok {
+                                        columnwise::compare_i64(op, l, r, &mut sc.keep);
                                     }
+                                    ok
                                 }
                             };
-                            runs.mark(row, s, keep);
+                            if !evaluated {
+                                // A page of another type than its column's:
+                                // the row by row evaluation decides.
+                                return Ok(None);
+                            }
+                            for (page, i) in held.iter().flatten() {
+                                if let Some(nulls) = &page.nulls {
+                                    let nulls = nulls.get(*i..*i + n).ok_or_else(short)?;
+                                    columnwise::drop_nulls(&mut sc.keep, nulls);
+                                }
+                            }
+                            runs.mark_all(row, s, &sc.keep);
+                            row = hi;
                         }
                         runs.end(b, s);
-                    }
-                    if broken {
-                        return Err(Error::Internal("filter page was not decoded".into()));
                     }
                 }
             }
@@ -1228,9 +1298,18 @@ impl SealedFile {
     }
 }
 
-/// Whether a page's statistics prove `value <op> lit` false (or unknown)
-/// for each of its rows. Statistics order values as the predicate does
-/// (floats in total order), so the proof is exact.
+/// Scratch buffers of [`SealedFile::refine_by_comparisons`], kept from one
+/// page segment to the next.
+#[derive(Default)]
+struct Scratch {
+    keep: Vec<bool>,
+    keys: (Vec<i64>, Vec<i64>),
+    f: (Vec<f64>, Vec<f64>),
+    spare_f: Vec<Vec<f64>>,
+    i: (Vec<i64>, Vec<i64>),
+    spare_i: Vec<Vec<i64>>,
+}
+
 /// One comparison of [`SealedFile::refine_by_comparisons`]'s plan.
 enum Step<'a> {
     /// Chunk `c` against a literal.
@@ -1266,6 +1345,22 @@ impl<'a> Runs<'a> {
                 self.run = None;
             }
             _ => {}
+        }
+    }
+
+    /// Marks rows `first..first + keep.len()` as `keep` says.
+    fn mark_all(&mut self, first: usize, series: usize, keep: &[bool]) {
+        let mut i = 0;
+        while i < keep.len() {
+            // Find where the current state (in a run or not) changes.
+            let inside = self.run.is_some();
+            match keep[i..].iter().position(|&k| k != inside) {
+                Some(j) => {
+                    self.mark(first + i + j, series, !inside);
+                    i += j + 1;
+                }
+                None => return,
+            }
         }
     }
 
@@ -1309,6 +1404,9 @@ impl<'a> PageCursor<'a> {
     }
 }
 
+/// Whether a page's statistics prove `value <op> lit` false (or unknown)
+/// for each of its rows. Statistics order values as the predicate does
+/// (floats in total order), so the proof is exact.
 fn page_excludes(info: &PageInfo, op: CompareOp, lit: &Value) -> bool {
     if info.null_count == info.rows {
         return true;
@@ -1389,4 +1487,40 @@ fn fold_summary(
     states
         .update_summary(group, count, sum, min, max)
         .map_err(aggregate_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Ranges, Runs};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Marking a segment's rows at once gives the runs that marking
+        /// them one by one gives, wherever the segments split the rows.
+        #[test]
+        fn marking_a_segment_equals_marking_each_row(
+            keep in prop::collection::vec(any::<bool>(), 0..200),
+            cuts in prop::collection::vec(0..200usize, 0..6),
+            first in 0..50usize,
+        ) {
+            let mut one: Ranges = Vec::new();
+            let mut runs = Runs::new(&mut one);
+            for (i, &k) in keep.iter().enumerate() {
+                runs.mark(first + i, 7, k);
+            }
+            runs.end(first + keep.len(), 7);
+
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(keep.len())).collect();
+            cuts.push(0);
+            cuts.push(keep.len());
+            cuts.sort_unstable();
+            let mut all: Ranges = Vec::new();
+            let mut runs = Runs::new(&mut all);
+            for w in cuts.windows(2) {
+                runs.mark_all(first + w[0], 7, &keep[w[0]..w[1]]);
+            }
+            runs.end(first + keep.len(), 7);
+            prop_assert_eq!(all, one);
+        }
+    }
 }
