@@ -5,7 +5,10 @@
 //! Queries (each checked for parity before it is timed):
 //! - `max(usage_user)` per host per minute over the day;
 //! - the last point of every host;
-//! - one host's rows over the day.
+//! - one host's rows over the day;
+//! - `count(*)` of the rows where `usage_user + usage_system` passes a
+//!   threshold: a full scan of two columns that nothing can prune (one
+//!   threshold keeps about a fifth of the rows, the other none).
 //!
 //! Prints a markdown report: min / median / max of `--runs` runs after one
 //! warm-up, rows covered per second, and what the node's counters say it
@@ -22,7 +25,9 @@ use arrow::datatypes::{Float64Type, TimestampNanosecondType};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use sealion_bench::tsbs::{columns, generate, median, parquet_file, sorted_by_host};
 use sealion_common::proto::{
-    AggregateCall, AggregateFunction, AggregateSpec, ScanMetrics, ScanRequest, TagOp, TagPredicate,
+    AggregateCall, AggregateFunction, AggregateSpec, ArithOp, CompareOp, FieldArith,
+    FieldPredicate, FieldValue, FieldValueCompare, Literal, ScanMetrics, ScanRequest, TagOp,
+    TagPredicate, field_predicate, field_value, literal,
 };
 use sealion_format::rows::{decode_key, encode_batch};
 use sealion_format::scan::states::{StateColumn, final_array};
@@ -261,7 +266,7 @@ fn main() -> anyhow::Result<()> {
     let node_t = time_runs(runs, || finalize_all(&node_scan(&file, &agg)?.0))?;
     let df_t = time_runs(runs, || df_sql(max_sql))?;
     report.push((
-        "max(usage_user) per host per minute, whole day",
+        "max(usage_user) per host per minute, whole day".to_string(),
         node_t,
         df_t,
         agg_metrics,
@@ -287,7 +292,7 @@ fn main() -> anyhow::Result<()> {
     let node_t = time_runs(runs, || node_scan(&file, &last))?;
     let df_t = time_runs(runs, || df_sql(last_sql))?;
     report.push((
-        "last point of every host",
+        "last point of every host".to_string(),
         node_t,
         df_t,
         last_metrics,
@@ -314,13 +319,76 @@ fn main() -> anyhow::Result<()> {
     let node_t = time_runs(runs, || node_scan(&file, &one))?;
     let df_t = time_runs(runs, || df_sql(one_sql))?;
     report.push((
-        "one host's rows over the day",
+        "one host's rows over the day".to_string(),
         node_t,
         df_t,
         one_metrics,
         bytes_of(&one_batches),
         node_rows,
     ));
+
+    // 4. Full scans: count(*) over an expression of two fields.
+    for threshold in [150.0, 250.0] {
+        let column = |name: &str| FieldValue {
+            value: Some(field_value::Value::Column(name.into())),
+        };
+        let mut scan = base_request(&cols);
+        scan.projection = vec![];
+        scan.field_predicate = Some(FieldPredicate {
+            expr: Some(field_predicate::Expr::CompareValues(FieldValueCompare {
+                left: Some(FieldValue {
+                    value: Some(field_value::Value::Arith(Box::new(FieldArith {
+                        op: ArithOp::ArithAdd as i32,
+                        left: Some(Box::new(column("usage_user"))),
+                        right: Some(Box::new(column("usage_system"))),
+                    }))),
+                }),
+                op: CompareOp::CmpGt as i32,
+                right: Some(FieldValue {
+                    value: Some(field_value::Value::Literal(Literal {
+                        value: Some(literal::Value::F64(threshold)),
+                    })),
+                }),
+            })),
+        });
+        scan.aggregate = Some(AggregateSpec {
+            calls: vec![AggregateCall {
+                function: AggregateFunction::AggCount as i32,
+                column: String::new(),
+            }],
+            states_as_answers: true,
+            ..Default::default()
+        });
+        let sql =
+            format!("SELECT count(*) FROM cpu WHERE usage_user + usage_system > {threshold:.1}");
+        let count_of = |batches: &[RecordBatch]| -> anyhow::Result<i64> {
+            let mut n = 0;
+            for b in batches {
+                let c = b.column(b.num_columns() - 1);
+                let c = c
+                    .as_primitive_opt::<arrow::datatypes::Int64Type>()
+                    .context("count answer is not Int64")?;
+                n += c.iter().flatten().sum::<i64>();
+            }
+            Ok(n)
+        };
+        let (scan_batches, scan_metrics) = node_scan(&file, &scan)?;
+        let node_count = count_of(&scan_batches)?;
+        let df_count = count_of(&df_sql(&sql)?)?;
+        if node_count != df_count {
+            bail!("parity: {sql}: node counted {node_count}, DataFusion {df_count}");
+        }
+        let node_t = time_runs(runs, || node_scan(&file, &scan))?;
+        let df_t = time_runs(runs, || df_sql(&sql))?;
+        report.push((
+            format!("count(*) where usage_user + usage_system > {threshold} (full scan; count {node_count})"),
+            node_t,
+            df_t,
+            scan_metrics,
+            bytes_of(&scan_batches),
+            scan_batches.iter().map(RecordBatch::num_rows).sum(),
+        ));
+    }
 
     println!("# Sealion read-path benchmark\n");
     println!(
