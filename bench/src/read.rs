@@ -167,6 +167,8 @@ fn main() -> anyhow::Result<()> {
     let mut rows_per_host = 8_640usize;
     // For profiling: run only the node's aggregate this many times.
     let mut repeat_aggregate = 0usize;
+    // For profiling: run only the node's full scan (threshold 250) this many times.
+    let mut repeat_full_scan = 0usize;
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
     while i < args.len() {
@@ -176,6 +178,7 @@ fn main() -> anyhow::Result<()> {
             "--runs" => runs = v.parse().context("--runs")?,
             "--rows-per-host" => rows_per_host = v.parse().context("--rows-per-host")?,
             "--repeat-aggregate" => repeat_aggregate = v.parse().context("--repeat-aggregate")?,
+            "--repeat-full-scan" => repeat_full_scan = v.parse().context("--repeat-full-scan")?,
             other => bail!("unknown argument {other}; use --hosts N --runs N --rows-per-host N"),
         }
         i += 2;
@@ -244,7 +247,7 @@ fn main() -> anyhow::Result<()> {
         // As a query node asks: max states come back as the maxima.
         states_as_answers: true,
     });
-    if repeat_aggregate > 0 {
+    if repeat_aggregate > 0 && repeat_full_scan == 0 {
         for _ in 0..repeat_aggregate {
             finalize_all(&node_scan(&file, &agg)?.0)?;
         }
@@ -372,6 +375,15 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(n)
         };
+        if repeat_full_scan > 0 {
+            if threshold > 200.0 {
+                for _ in 0..repeat_full_scan {
+                    node_scan(&file, &scan)?;
+                }
+                return Ok(());
+            }
+            continue;
+        }
         let (scan_batches, scan_metrics) = node_scan(&file, &scan)?;
         let node_count = count_of(&scan_batches)?;
         let df_count = count_of(&df_sql(&sql)?)?;
