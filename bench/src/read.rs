@@ -1,6 +1,8 @@
 //! Read-path benchmark: a sealed day of TSBS cpu-only data (100 hosts, 10 s)
 //! answered by the storage node's read paths, against DataFusion over a zstd
-//! Parquet file of the same rows in the same run, one thread each.
+//! Parquet file of the same rows in the same run, one thread each (or
+//! `--threads N` each: the node's parts of a split scan, DataFusion's target
+//! partitions).
 //!
 //! Queries (each checked for parity before it is timed):
 //! - `max(usage_user)` per host per minute over the day;
@@ -14,7 +16,7 @@
 //! warm-up, rows covered per second, and what the node's counters say it
 //! decoded and returned.
 //!
-//!   cargo run --release -p sealion-bench --bin read-bench -- --hosts 100 --runs 5
+//!   cargo run --release -p sealion-bench --bin read-bench -- --hosts 100 --runs 5 [--threads 2]
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -31,28 +33,72 @@ use sealion_common::proto::{
 };
 use sealion_format::rows::{decode_key, encode_batch};
 use sealion_format::scan::states::{StateColumn, final_array};
-use sealion_format::scan::{Output, Query};
+use sealion_format::scan::{Metrics, Output, Query};
 use sealion_format::sealed::{SealedFile, SortedRow, write_sealed};
 use sealion_partial::{AggregateKind, Finalize, GroupStates, Value, ValueType};
 
 const MINUTE_NS: i64 = 60_000_000_000;
 
-/// Runs `req` on the sealed file on this thread; returns the batches and
-/// the node's counters.
+/// Runs `req` on the sealed file; returns the batches and the node's
+/// counters. On `threads` > 1, a query whose answer may be gathered in parts
+/// (rows without a limit, aggregates) is shared out over that many threads
+/// as the storage node shares a sealed partition out (`SealedFile::run_share`
+/// over contiguous runs of the row groups it reads, at least two a thread);
+/// the parts' batches come back one part after another.
 fn node_scan(
     file: &SealedFile,
+    threads: usize,
     req: &ScanRequest,
 ) -> anyhow::Result<(Vec<RecordBatch>, ScanMetrics)> {
     let q = Query::compile(req)?;
-    let mut batches = Vec::new();
-    let mut emit = |b: RecordBatch| {
-        batches.push(b);
-        true
+    let groups = if threads > 1 && q.splits() {
+        file.groups_to_read(&q)?
+    } else {
+        Vec::new()
     };
-    let mut out = Output::new(&q, &mut emit);
-    file.run(&mut out)?;
-    let m = out.finish()?;
-    Ok((batches, m))
+    let shares = threads.min(groups.len() / 2);
+    if shares < 2 {
+        let mut batches = Vec::new();
+        let mut emit = |b: RecordBatch| {
+            batches.push(b);
+            true
+        };
+        let mut out = Output::new(&q, &mut emit);
+        file.run(&mut out)?;
+        let m = out.finish()?;
+        return Ok((batches, m));
+    }
+    let run = |share: usize| -> anyhow::Result<(Vec<RecordBatch>, ScanMetrics)> {
+        let mut batches = Vec::new();
+        let mut emit = |b: RecordBatch| {
+            batches.push(b);
+            true
+        };
+        let mut out = Output::new(&q, &mut emit);
+        file.run_share(&mut out, &groups, share, shares)?;
+        let m = out.finish()?;
+        Ok((batches, m))
+    };
+    let parts = std::thread::scope(|scope| {
+        let others: Vec<_> = (1..shares)
+            .map(|share| scope.spawn(move || run(share)))
+            .collect();
+        let mut parts = vec![run(0)];
+        parts.extend(
+            others
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| bail!("a scan thread panicked"))),
+        );
+        parts
+    });
+    let mut batches = Vec::new();
+    let mut metrics = ScanMetrics::default();
+    for part in parts {
+        let (b, m) = part?;
+        batches.extend(b);
+        Metrics::add_proto(&mut metrics, &m);
+    }
+    Ok((batches, metrics))
 }
 
 fn bytes_of(batches: &[RecordBatch]) -> usize {
@@ -113,7 +159,10 @@ fn node_max_per_minute(batches: &[RecordBatch]) -> anyhow::Result<BTreeMap<(Stri
             let Some(Value::F64(v)) = s.finalize(Finalize::Natural)? else {
                 bail!("max state without a value");
             };
-            out.insert((host.value(i).to_string(), bucket.value(i)), v);
+            // A group two parts of a split scan read comes back from each.
+            out.entry((host.value(i).to_string(), bucket.value(i)))
+                .and_modify(|m: &mut f64| *m = m.max(v))
+                .or_insert(v);
         }
     }
     Ok(out)
@@ -169,6 +218,7 @@ fn main() -> anyhow::Result<()> {
     let mut repeat_aggregate = 0usize;
     // For profiling: run only the node's full scan (threshold 250) this many times.
     let mut repeat_full_scan = 0usize;
+    let mut threads = 1usize;
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
     while i < args.len() {
@@ -179,13 +229,16 @@ fn main() -> anyhow::Result<()> {
             "--rows-per-host" => rows_per_host = v.parse().context("--rows-per-host")?,
             "--repeat-aggregate" => repeat_aggregate = v.parse().context("--repeat-aggregate")?,
             "--repeat-full-scan" => repeat_full_scan = v.parse().context("--repeat-full-scan")?,
-            other => bail!("unknown argument {other}; use --hosts N --runs N --rows-per-host N"),
+            "--threads" => threads = v.parse().context("--threads")?,
+            other => bail!(
+                "unknown argument {other}; use --hosts N --runs N --rows-per-host N --threads N"
+            ),
         }
         i += 2;
     }
-    if runs == 0 || hosts < 43 || rows_per_host == 0 {
+    if runs == 0 || hosts < 43 || rows_per_host == 0 || !(1..=64).contains(&threads) {
         bail!(
-            "--runs and --rows-per-host must be positive and --hosts at least 43 (host_42 is queried)"
+            "--runs and --rows-per-host must be positive, --threads 1 to 64 and --hosts at least 43 (host_42 is queried)"
         );
     }
     let rows = hosts * rows_per_host;
@@ -221,7 +274,7 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(threads));
     rt.block_on(ctx.register_parquet(
         "cpu",
         pq_path.to_str().context("path")?,
@@ -249,12 +302,12 @@ fn main() -> anyhow::Result<()> {
     });
     if repeat_aggregate > 0 && repeat_full_scan == 0 {
         for _ in 0..repeat_aggregate {
-            finalize_all(&node_scan(&file, &agg)?.0)?;
+            finalize_all(&node_scan(&file, threads, &agg)?.0)?;
         }
         return Ok(());
     }
     let max_sql = "SELECT hostname, date_bin(INTERVAL '1 minute', time, TIMESTAMP '1970-01-01T00:00:00Z') AS minute, max(usage_user) FROM cpu GROUP BY 1, 2";
-    let (node_batches, agg_metrics) = node_scan(&file, &agg)?;
+    let (node_batches, agg_metrics) = node_scan(&file, threads, &agg)?;
     let node_answer = node_max_per_minute(&node_batches)?;
     let df_answer = df_max_per_minute(&df_sql(max_sql)?);
     if node_answer != df_answer {
@@ -266,7 +319,7 @@ fn main() -> anyhow::Result<()> {
     }
     // Timed: the node's scan plus what a query node does with its answer
     // (decode and finalize each state); DataFusion's answer is its batches.
-    let node_t = time_runs(runs, || finalize_all(&node_scan(&file, &agg)?.0))?;
+    let node_t = time_runs(runs, || finalize_all(&node_scan(&file, threads, &agg)?.0))?;
     let df_t = time_runs(runs, || df_sql(max_sql))?;
     report.push((
         "max(usage_user) per host per minute, whole day".to_string(),
@@ -281,7 +334,7 @@ fn main() -> anyhow::Result<()> {
     let mut last = base_request(&cols);
     last.last_per_series = true;
     let last_sql = "SELECT DISTINCT ON (hostname) * FROM cpu ORDER BY hostname, time DESC";
-    let (last_batches, last_metrics) = node_scan(&file, &last)?;
+    let (last_batches, last_metrics) = node_scan(&file, threads, &last)?;
     let node_rows: usize = last_batches.iter().map(RecordBatch::num_rows).sum();
     let df_rows: usize = df_sql(last_sql)?.iter().map(RecordBatch::num_rows).sum();
     if node_rows != hosts || df_rows != hosts {
@@ -292,7 +345,7 @@ fn main() -> anyhow::Result<()> {
     if last_metrics.pages_decoded != 0 {
         bail!("last point decoded {} pages", last_metrics.pages_decoded);
     }
-    let node_t = time_runs(runs, || node_scan(&file, &last))?;
+    let node_t = time_runs(runs, || node_scan(&file, threads, &last))?;
     let df_t = time_runs(runs, || df_sql(last_sql))?;
     report.push((
         "last point of every host".to_string(),
@@ -311,7 +364,7 @@ fn main() -> anyhow::Result<()> {
         values: vec!["host_42".into()],
     }];
     let one_sql = "SELECT * FROM cpu WHERE hostname = 'host_42'";
-    let (one_batches, one_metrics) = node_scan(&file, &one)?;
+    let (one_batches, one_metrics) = node_scan(&file, threads, &one)?;
     let node_rows: usize = one_batches.iter().map(RecordBatch::num_rows).sum();
     let df_rows: usize = df_sql(one_sql)?.iter().map(RecordBatch::num_rows).sum();
     if node_rows != rows_per_host || df_rows != rows_per_host {
@@ -319,7 +372,7 @@ fn main() -> anyhow::Result<()> {
             "parity: one host returned {node_rows} rows (node) and {df_rows} (DataFusion), want {rows_per_host}"
         );
     }
-    let node_t = time_runs(runs, || node_scan(&file, &one))?;
+    let node_t = time_runs(runs, || node_scan(&file, threads, &one))?;
     let df_t = time_runs(runs, || df_sql(one_sql))?;
     report.push((
         "one host's rows over the day".to_string(),
@@ -378,19 +431,19 @@ fn main() -> anyhow::Result<()> {
         if repeat_full_scan > 0 {
             if threshold > 200.0 {
                 for _ in 0..repeat_full_scan {
-                    node_scan(&file, &scan)?;
+                    node_scan(&file, threads, &scan)?;
                 }
                 return Ok(());
             }
             continue;
         }
-        let (scan_batches, scan_metrics) = node_scan(&file, &scan)?;
+        let (scan_batches, scan_metrics) = node_scan(&file, threads, &scan)?;
         let node_count = count_of(&scan_batches)?;
         let df_count = count_of(&df_sql(&sql)?)?;
         if node_count != df_count {
             bail!("parity: {sql}: node counted {node_count}, DataFusion {df_count}");
         }
-        let node_t = time_runs(runs, || node_scan(&file, &scan))?;
+        let node_t = time_runs(runs, || node_scan(&file, threads, &scan))?;
         let df_t = time_runs(runs, || df_sql(&sql))?;
         report.push((
             format!("count(*) where usage_user + usage_system > {threshold} (full scan; count {node_count})"),
@@ -419,7 +472,7 @@ fn main() -> anyhow::Result<()> {
         "- data: TSBS cpu-only shape, {hosts} hosts x {rows_per_host} rows (10 s), one sealed partition of {rows} rows ({sealed_bytes} bytes); the same rows as zstd Parquet sorted by host and time ({pq_bytes} bytes)"
     );
     println!(
-        "- Sealion: the storage node's read paths (`SealedFile::run`) on one thread, partial states finalized as a query node would; DataFusion {}: `SessionContext` with one target partition over the Parquet file",
+        "- Sealion: the storage node's read paths (`SealedFile::run`, or `run_share` per part) on {threads} thread(s), partial states finalized as a query node would; DataFusion {}: `SessionContext` with {threads} target partition(s) over the Parquet file",
         datafusion::DATAFUSION_VERSION
     );
     println!(

@@ -191,6 +191,11 @@ struct StorageTaskArgs {
     /// A sealed partition is sealed again once its late rows pass this fraction of its rows.
     #[arg(long, env = "SEALION_RESEAL_FRACTION", default_value_t = 0.1)]
     reseal_fraction: f64,
+    /// Threads one scan may use to read a sealed partition, its row groups shared out among
+    /// them (rows without a LIMIT, aggregates); 0 takes the machine's cores, 1 reads on one.
+    #[arg(long, env = "SEALION_SCAN_THREADS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=sealion_storage::engine::MAX_SCAN_THREADS as u64))]
+    scan_threads: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -255,6 +260,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 seal_check_interval_ms: a.tasks.seal_check_interval_ms,
                 seal_idle_ms: a.tasks.seal_idle_ms,
                 reseal_fraction: a.tasks.reseal_fraction,
+                scan_threads: a.tasks.scan_threads as usize,
             })
             .await
             .context("starting storage node")?;
@@ -320,6 +326,7 @@ async fn standalone(a: StandaloneArgs) -> anyhow::Result<()> {
         seal_check_interval_ms: a.tasks.seal_check_interval_ms,
         seal_idle_ms: a.tasks.seal_idle_ms,
         reseal_fraction: a.tasks.reseal_fraction,
+        scan_threads: a.tasks.scan_threads as usize,
     })
     .await
     .context("starting storage")?;

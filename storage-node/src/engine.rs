@@ -79,6 +79,11 @@ pub const BATCH_ID_RETENTION_MS: u64 = 60 * 60 * 1000;
 /// Longest batch id a write may carry.
 pub const MAX_BATCH_ID_BYTES: usize = 128;
 const SEALED_DIR: &str = "sealed";
+/// Most threads one scan may use (`Engine::scan_until`).
+pub const MAX_SCAN_THREADS: usize = 64;
+/// Row groups to read a thread must have at least before a sealed
+/// partition's scan is shared out: fewer is not worth a thread.
+pub const MIN_GROUPS_PER_SCAN_THREAD: usize = 2;
 const FILE_SUFFIX: &str = "slf";
 
 /// Points at which a test can make a seal fail, as a crash there would.
@@ -249,6 +254,58 @@ fn merge_rows<'a>(
             }
         }
     })
+}
+
+/// Runs a sealed partition's scan as `shares` parts (`SealedFile::run_share`
+/// over `groups`), part 0 on this thread and each other part on a thread of
+/// its own, each collecting its answer and handing it to `send`; returns
+/// the parts' counters added up. A part that fails stops the others, and
+/// its error is the answer.
+fn scan_shares(
+    file: &SealedFile,
+    query: &Query,
+    groups: &[usize],
+    shares: usize,
+    send: &(dyn Fn(RecordBatch) -> bool + Sync),
+    gone: &(dyn Fn() -> bool + Sync),
+) -> Result<ScanMetrics> {
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let stopped = || failed.load(std::sync::atomic::Ordering::Relaxed) || gone();
+    let run = |share: usize| -> FResult<ScanMetrics> {
+        let mut sink = |batch: RecordBatch| send(batch);
+        let mut out = Output::new(query, &mut sink).with_cancel(&stopped);
+        let done = file
+            .run_share(&mut out, groups, share, shares)
+            .and_then(|()| out.finish());
+        if done.is_err() {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        done
+    };
+    let results = std::thread::scope(|scope| {
+        let others: Vec<_> = (1..shares)
+            .map(|share| {
+                std::thread::Builder::new()
+                    .name("sealion-scan".into())
+                    .spawn_scoped(scope, move || run(share))
+            })
+            .collect();
+        let mut results = vec![run(0)];
+        for handle in others {
+            results.push(match handle {
+                Ok(handle) => handle
+                    .join()
+                    .unwrap_or_else(|_| Err(FError::Internal("a scan thread panicked".into()))),
+                Err(e) => Err(FError::Internal(format!("starting a scan thread: {e}"))),
+            });
+        }
+        results
+    });
+    let mut metrics = ScanMetrics::default();
+    for r in results {
+        Metrics::add_proto(&mut metrics, &r?);
+    }
+    Ok(metrics)
 }
 
 /// The rows of `partition_id` in `db` (a DB or a snapshot), in key order.
@@ -991,21 +1048,56 @@ impl Engine {
     pub fn scan(
         &self,
         req: &ScanRequest,
-        emit: impl FnMut(RecordBatch) -> bool,
+        emit: impl FnMut(RecordBatch) -> bool + Send,
     ) -> Result<ScanMetrics> {
-        self.scan_until(req, &|| false, emit)
+        self.scan_until(req, 1, &|| false, emit)
     }
 
-    /// [`Engine::scan`] that also stops once `cancelled` answers true.
+    /// [`Engine::scan`] on up to `threads` threads, stopping early once
+    /// `cancelled` answers true.
+    ///
+    /// A sealed partition read through the column paths, for a query whose
+    /// answer may be gathered in parts (`Query::splits`: rows without a
+    /// limit, aggregates), is shared out as contiguous runs of its row
+    /// groups, one per thread, when it has at least
+    /// `MIN_GROUPS_PER_SCAN_THREAD` groups to read for each; each part
+    /// collects its own answer and hands it to `emit` (one call at a time).
+    /// The answer is then the same rows in another order, or the same
+    /// groups with a group's partial states possibly in several rows, which
+    /// the asker merges as it merges partitions. Everything else runs on the
+    /// calling thread, as with one thread.
     pub fn scan_until(
         &self,
         req: &ScanRequest,
-        cancelled: &dyn Fn() -> bool,
-        mut emit: impl FnMut(RecordBatch) -> bool,
+        threads: usize,
+        cancelled: &(dyn Fn() -> bool + Sync),
+        emit: impl FnMut(RecordBatch) -> bool + Send,
     ) -> Result<ScanMetrics> {
         let query = Query::compile(req)?;
-        let mut sink = |batch: RecordBatch| emit(batch);
-        let mut out = Output::new(&query, &mut sink).with_cancel(cancelled);
+        let threads = threads.clamp(1, MAX_SCAN_THREADS);
+        let split = threads > 1 && query.splits();
+        // The parts and the calling thread hand batches on one at a time;
+        // once the consumer stops, every part stops.
+        let emit = Mutex::new(emit);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let send = |batch: RecordBatch| -> bool {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return false;
+            }
+            let more = match emit.lock() {
+                Ok(mut emit) => (*emit)(batch),
+                Err(_) => false,
+            };
+            if !more {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            more
+        };
+        let gone = || stop.load(std::sync::atomic::Ordering::Relaxed) || cancelled();
+        let mut sink = |batch: RecordBatch| send(batch);
+        let mut out = Output::new(&query, &mut sink).with_cancel(&gone);
+        // Counters of the parts of split partitions.
+        let mut parts = ScanMetrics::default();
         // A partition named twice is read once.
         let mut seen = std::collections::HashSet::new();
         for &pid in &req.partition_ids {
@@ -1034,7 +1126,18 @@ impl Engine {
                     let mut late = open.peekable();
                     if late.peek().is_none() && deletes.is_empty() {
                         Metrics::add(&out.metrics.sealed_partitions_fast, 1);
-                        f.run(&mut out)?;
+                        let groups = if split {
+                            f.groups_to_read(&query)?
+                        } else {
+                            Vec::new()
+                        };
+                        let shares = threads.min(groups.len() / MIN_GROUPS_PER_SCAN_THREAD);
+                        if shares < 2 {
+                            f.run(&mut out)?;
+                        } else {
+                            let m = scan_shares(f, &query, &groups, shares, &send, &gone)?;
+                            Metrics::add_proto(&mut parts, &m);
+                        }
                     } else {
                         Metrics::add(&out.metrics.sealed_partitions_merged, 1);
                         Metrics::add(&out.metrics.row_groups_total, f.row_groups().len() as u64);
@@ -1049,7 +1152,9 @@ impl Engine {
                 }
             }
         }
-        Ok(out.finish()?)
+        let mut metrics = out.finish()?;
+        Metrics::add_proto(&mut metrics, &parts);
+        Ok(metrics)
     }
 
     /// Rows of a partition in RocksDB: all its rows while it is open, its
@@ -2405,6 +2510,120 @@ mod tests {
         e.db.property_int_value("rocksdb.total-sst-files-size")
             .unwrap()
             .unwrap()
+    }
+
+    /// The answer of `r` on `threads` threads: rows sorted, or an aggregate
+    /// of count, min and max per group with the parts' rows of one group
+    /// merged (as a query node merges them); and the scan's counters.
+    fn threaded_answer(e: &Engine, r: &ScanRequest, threads: usize) -> (Vec<String>, ScanMetrics) {
+        let mut batches = Vec::new();
+        let m = e
+            .scan_until(r, threads, &|| false, |b| {
+                batches.push(b);
+                true
+            })
+            .unwrap();
+        let rows = answer_text(&batches, true);
+        if r.aggregate.is_none() {
+            return (rows, m);
+        }
+        // bucket|host|count|min|max
+        let mut groups: std::collections::BTreeMap<String, (i64, f64, f64)> = Default::default();
+        for row in rows {
+            let f: Vec<&str> = row.split('|').collect();
+            let (n, lo, hi): (i64, f64, f64) =
+                (f[2].parse().unwrap(), f[3].parse().unwrap(), f[4].parse().unwrap());
+            let g = groups
+                .entry(format!("{}|{}", f[0], f[1]))
+                .or_insert((0, f64::INFINITY, f64::NEG_INFINITY));
+            *g = (g.0 + n, g.1.min(lo), g.2.max(hi));
+        }
+        let merged = groups
+            .into_iter()
+            .map(|(k, (n, lo, hi))| format!("{k}|{n}|{lo}|{hi}"))
+            .collect();
+        (merged, m)
+    }
+
+    #[test]
+    fn a_scan_split_over_threads_answers_as_one_thread_does() {
+        use sealion_common::proto::{
+            AggregateCall, AggregateFunction, AggregateSpec, CompareOp, FieldCompare,
+            FieldPredicate, Literal, field_predicate, literal,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let cols = columns();
+        // Partition 1 sealed with 63,000 rows (eight row groups), 2 open,
+        // 3 sealed with a late row (read row by row).
+        let owned = seven_hosts(63_000);
+        let rows = borrowed(&owned);
+        let e = Engine::open(dir.path()).unwrap();
+        e.write(&cols, &[(1, vec![batch(&rows)])]).unwrap();
+        e.write(&cols, &[(2, vec![batch(&rows[..500])])]).unwrap();
+        e.write(&cols, &[(3, vec![batch(&rows[..900])])]).unwrap();
+        e.seal(1, &cols).unwrap();
+        e.seal(3, &cols).unwrap();
+        e.write(&cols, &[(3, vec![batch(&[("h9", 5, 1.5)])])]).unwrap();
+        assert_eq!(e.sealed_file(1).unwrap().unwrap().row_groups().len(), 8);
+        let pids = vec![1, 2, 3];
+        let filtered = ScanRequest {
+            field_predicate: Some(FieldPredicate {
+                expr: Some(field_predicate::Expr::Compare(FieldCompare {
+                    column: "v".into(),
+                    op: CompareOp::CmpGt as i32,
+                    value: Some(Literal {
+                        value: Some(literal::Value::F64(20_000.0)),
+                    }),
+                })),
+            }),
+            ..req(pids.clone())
+        };
+        let call = |f: AggregateFunction| AggregateCall {
+            function: f as i32,
+            column: if f == AggregateFunction::AggCount { "" } else { "v" }.into(),
+        };
+        let aggregate = ScanRequest {
+            aggregate: Some(AggregateSpec {
+                bucket_width_ns: 10_000,
+                bucket_origin_ns: 0,
+                group_tags: vec!["host".into()],
+                calls: vec![
+                    call(AggregateFunction::AggCount),
+                    call(AggregateFunction::AggMin),
+                    call(AggregateFunction::AggMax),
+                ],
+                states_as_answers: true,
+            }),
+            ..req(pids.clone())
+        };
+        for r in [req(pids.clone()), filtered, aggregate] {
+            let (one, one_m) = threaded_answer(&e, &r, 1);
+            assert!(!one.is_empty());
+            for threads in [2, 3, 4] {
+                let (many, many_m) = threaded_answer(&e, &r, threads);
+                assert_eq!(many, one, "{threads} threads");
+                let mut got = many_m.clone();
+                let mut want = one_m.clone();
+                if r.aggregate.is_some() {
+                    // A group whose rows two parts read comes back from each.
+                    assert!(
+                        got.rows_returned > want.rows_returned,
+                        "the scan was split on {threads} threads: {got:?}"
+                    );
+                    got.rows_returned = 0;
+                    want.rows_returned = 0;
+                }
+                assert_eq!(got, want, "{threads} threads");
+            }
+        }
+        // A consumer that stops after one batch gets no other.
+        let mut calls = 0;
+        e.scan_until(&req(vec![1]), 4, &|| false, |_| {
+            calls += 1;
+            false
+        })
+        .unwrap();
+        assert_eq!(calls, 1);
     }
 
     #[test]

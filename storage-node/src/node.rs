@@ -43,6 +43,10 @@ pub struct StorageConfig {
     /// A sealed partition is sealed again when its late rows pass this
     /// fraction of its sealed rows.
     pub reseal_fraction: f64,
+    /// Threads one scan may use to read a sealed partition (its row groups
+    /// shared out among them); 0 takes the machine's cores. At most
+    /// `engine::MAX_SCAN_THREADS`.
+    pub scan_threads: usize,
 }
 
 pub struct StorageServer {
@@ -60,6 +64,17 @@ pub struct StorageServer {
 }
 
 const NODE_ID_FILE: &str = "node_id";
+
+/// The threads a scan may use: `asked`, or the machine's cores for 0, never
+/// more than `MAX_SCAN_THREADS`.
+fn scan_threads(asked: usize) -> usize {
+    let n = if asked == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        asked
+    };
+    n.clamp(1, crate::engine::MAX_SCAN_THREADS)
+}
 
 impl StorageServer {
     pub async fn start(cfg: StorageConfig) -> Result<StorageServer> {
@@ -107,6 +122,7 @@ impl StorageServer {
             filter_gate: Default::default(),
             peers: Default::default(),
             locks: Default::default(),
+            scan_threads: scan_threads(cfg.scan_threads),
         });
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
         let storage = GrpcStorageServer::new(StorageService { ctx: ctx.clone() })

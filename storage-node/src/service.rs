@@ -60,6 +60,8 @@ pub struct NodeContext {
     pub peers: crate::replication::Peers,
     /// Per-partition order of writes on a primary.
     pub locks: crate::replication::PartitionLocks,
+    /// Threads one scan may use (`Engine::scan_until`).
+    pub scan_threads: usize,
 }
 
 impl NodeContext {
@@ -594,11 +596,12 @@ fn start_scan(ctx: &NodeContext, scan: ScanRequest) -> Result<StartedScan, Statu
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, Status>>(SCAN_CHANNEL_BATCHES);
     let (metrics_tx, metrics_rx) = tokio::sync::oneshot::channel::<ScanMetrics>();
     let engine = ctx.engine.clone();
+    let threads = ctx.scan_threads;
     tokio::task::spawn_blocking(move || {
         let mut bytes = 0u64;
         let mut gave_up = false;
         let handle = tokio::runtime::Handle::current();
-        let result = engine.scan_until(&scan, &|| tx.is_closed(), |batch| {
+        let result = engine.scan_until(&scan, threads, &|| tx.is_closed(), |batch| {
             bytes += sealion_format::batch_bytes(&batch);
             // A reader that stops reading for this long loses its scan
             // (and this thread and the snapshot it holds are freed).

@@ -81,7 +81,9 @@ pub fn state_column(i: usize) -> String {
 /// The answer a query asks for.
 #[derive(Debug, Clone)]
 pub enum Mode {
-    /// Rows in (series, time) order, at most `limit`.
+    /// Rows in (series, time) order, at most `limit`. (Within one scan
+    /// part: a scan split across threads hands on each part's rows as they
+    /// come, see `Query::splits`.)
     Rows,
     /// The first `limit` rows by time (newest first when `desc`), ties broken
     /// by series key.
@@ -336,6 +338,20 @@ impl Query {
         })
     }
 
+    /// Whether the answer may be gathered in parts that each read a share of
+    /// the rows and then stand side by side: rows without a limit (a row is
+    /// in the answer whatever else is read) and aggregates (partial states of
+    /// one group from two parts merge as states from two partitions do).
+    /// Not a limit, the newest rows of a series or the first rows by time,
+    /// which need every row seen by one collector.
+    pub fn splits(&self) -> bool {
+        match self.mode {
+            Mode::Rows => self.limit == u64::MAX,
+            Mode::Aggregate(_) => true,
+            Mode::Ordered { .. } | Mode::Last { .. } => false,
+        }
+    }
+
     /// What one series contributes, worked out once per series.
     pub fn series_ctx(&self, series: &[u8]) -> Option<SeriesCtx> {
         let tags = decode_series(series)?;
@@ -413,6 +429,41 @@ pub struct Metrics {
 impl Metrics {
     pub fn add(c: &Cell<u64>, n: u64) {
         c.set(c.get().saturating_add(n));
+    }
+
+    /// Adds the counters of `part` (one part of a scan split across
+    /// threads) to `into`.
+    pub fn add_proto(into: &mut ScanMetrics, part: &ScanMetrics) {
+        // Named one by one, so a new counter cannot be forgotten here.
+        let ScanMetrics {
+            partitions_scanned,
+            sealed_partitions_fast,
+            sealed_partitions_merged,
+            row_groups_total,
+            row_groups_skipped,
+            pages_decoded,
+            pages_skipped,
+            pages_from_stats,
+            last_points_from_directory,
+            rows_scanned,
+            rows_matched,
+            rows_returned,
+            bytes_returned,
+        } = *part;
+        let add = |c: &mut u64, n: u64| *c = c.saturating_add(n);
+        add(&mut into.partitions_scanned, partitions_scanned);
+        add(&mut into.sealed_partitions_fast, sealed_partitions_fast);
+        add(&mut into.sealed_partitions_merged, sealed_partitions_merged);
+        add(&mut into.row_groups_total, row_groups_total);
+        add(&mut into.row_groups_skipped, row_groups_skipped);
+        add(&mut into.pages_decoded, pages_decoded);
+        add(&mut into.pages_skipped, pages_skipped);
+        add(&mut into.pages_from_stats, pages_from_stats);
+        add(&mut into.last_points_from_directory, last_points_from_directory);
+        add(&mut into.rows_scanned, rows_scanned);
+        add(&mut into.rows_matched, rows_matched);
+        add(&mut into.rows_returned, rows_returned);
+        add(&mut into.bytes_returned, bytes_returned);
     }
 
     pub fn to_proto(&self) -> ScanMetrics {

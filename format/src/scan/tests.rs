@@ -897,6 +897,13 @@ fn batch_rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
 }
 
 fn answer_of(r: &Req, batches: &[RecordBatch]) -> Answer {
+    answer_from(r, batches, false)
+}
+
+/// The answer in `batches`; with `merge`, a group that comes back more than
+/// once (from several parts of a split scan) has its states merged, as a
+/// query node merges them.
+fn answer_from(r: &Req, batches: &[RecordBatch], merge: bool) -> Answer {
     let Want::Agg { width, calls, .. } = &r.want else {
         return Answer::Rows(batch_rows(batches));
     };
@@ -923,22 +930,56 @@ fn answer_of(r: &Req, batches: &[RecordBatch]) -> Answer {
                     array_value_to_string(a, i).unwrap()
                 });
             }
-            let fins = plan
+            let states: Vec<State> = plan
                 .calls
                 .iter()
                 .enumerate()
                 .map(|(k, c)| {
                     let column = StateColumn::new(b.column(keys + k).as_ref(), c.kind, c.input);
-                    finalize(&column.unwrap().state(i).unwrap())
+                    column.unwrap().state(i).unwrap()
                 })
                 .collect();
-            assert!(
-                groups.insert(key, fins).is_none(),
-                "a group came back twice"
-            );
+            match groups.entry(key) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(states);
+                }
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    assert!(merge, "a group came back twice");
+                    for (have, more) in o.get_mut().iter_mut().zip(&states) {
+                        have.merge(more).unwrap();
+                    }
+                }
+            }
         }
     }
-    Answer::Groups(groups)
+    Answer::Groups(
+        groups
+            .into_iter()
+            .map(|(k, states)| (k, states.iter().map(finalize).collect()))
+            .collect(),
+    )
+}
+
+/// Whether two answers agree, floats to a relative 1e-9: states merged in
+/// another order round differently in the last bits.
+fn close(a: &Answer, b: &Answer) -> bool {
+    let near = |x: &Fin, y: &Fin| match (x, y) {
+        (Fin::F(x), Fin::F(y)) => {
+            (x.is_nan() && y.is_nan())
+                || x == y
+                || (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0)
+        }
+        _ => x == y,
+    };
+    match (a, b) {
+        (Answer::Groups(a), Answer::Groups(b)) => {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|((ka, fa), (kb, fb))| {
+                    ka == kb && fa.len() == fb.len() && fa.iter().zip(fb).all(|(x, y)| near(x, y))
+                })
+        }
+        _ => a == b,
+    }
 }
 
 /// What a path answers, or `Answer::Error` when it fails.
@@ -973,6 +1014,29 @@ fn try_sealed(req: &ScanRequest, file: &SealedFile) -> crate::Result<Vec<RecordB
     file.run(&mut out)?;
     out.finish()?;
     Ok(batches)
+}
+
+/// The sealed paths as a scan split into `shares` parts runs them: one
+/// collector per part, the parts' batches one after another.
+fn try_sealed_shares(
+    req: &ScanRequest,
+    file: &SealedFile,
+    shares: usize,
+) -> crate::Result<(Vec<RecordBatch>, Vec<ScanMetrics>)> {
+    let q = Query::compile(req)?;
+    let groups = file.groups_to_read(&q)?;
+    let mut batches = Vec::new();
+    let mut metrics = Vec::new();
+    for share in 0..shares {
+        let mut emit = |b: RecordBatch| {
+            batches.push(b);
+            true
+        };
+        let mut out = Output::new(&q, &mut emit);
+        file.run_share(&mut out, &groups, share, shares)?;
+        metrics.push(out.finish()?);
+    }
+    Ok((batches, metrics))
 }
 
 fn run_plain(req: &ScanRequest, rows: &[SortedRow]) -> (Vec<RecordBatch>, ScanMetrics) {
@@ -1050,6 +1114,7 @@ proptest! {
         group in prop_oneof![Just(16usize), Just(64), Just(1000)],
         page in prop_oneof![Just(4usize), Just(16)],
         version in prop_oneof![Just(1u32), Just(SEALED_FORMAT_VERSION)],
+        shares in 2usize..5,
     ) {
         let stored = stored(&rows);
         let model = model_rows(&stored);
@@ -1064,6 +1129,19 @@ proptest! {
             if let Some(f) = &file {
                 let sealed = try_answer(r, || try_sealed(&req, f));
                 prop_assert_eq!(&sealed, &want, "sealed paths, request {:?}", r);
+                // Split across threads, where the request allows it: rows
+                // in the same order, groups merged from the parts.
+                if Query::compile(&req).is_ok_and(|q| q.splits()) {
+                    let split = match try_sealed_shares(&req, f, shares) {
+                        Ok((batches, _)) => answer_from(r, &batches, true),
+                        Err(_) => Answer::Error,
+                    };
+                    prop_assert!(
+                        close(&split, &want),
+                        "sealed paths in {} parts, request {:?}: {:?} against {:?}",
+                        shares, r, split, want
+                    );
+                }
             }
         }
     }
@@ -1666,5 +1744,88 @@ proptest! {
             Ok(b) => prop_assert_eq!(i128::from(b), want),
             Err(_) => prop_assert!(i64::try_from(want).is_err()),
         }
+    }
+}
+
+/// The counters of a split scan's parts, added up.
+fn summed(parts: &[ScanMetrics]) -> ScanMetrics {
+    let mut m = ScanMetrics::default();
+    for p in parts {
+        super::Metrics::add_proto(&mut m, p);
+    }
+    m
+}
+
+#[test]
+fn scans_split_over_row_groups_answer_and_count_as_one_and_ordered_scans_refuse() {
+    // 10,000 rows in 100-row groups; hosts 20 to 29 pass the tag predicate,
+    // so the parts share out 20 of the 100 groups.
+    let rows = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let file = seal(dir.path(), &rows, 100, 25);
+    let hosts = (20..30).map(|h| format!("host_{h:02}")).collect();
+    let tags = vec![TagP::In("host".into(), hosts)];
+    let rows_req = Req {
+        start: 300,
+        end: 1_900,
+        tags: tags.clone(),
+        field: Some(FieldP::Usage(CompareOp::CmpGt, 30.0)),
+        columns: vec![true; COLUMNS],
+        want: Want::Rows { limit: 0 },
+    };
+    let agg_req = Req {
+        want: Want::Agg {
+            width: 100,
+            origin: 0,
+            by_host: false,
+            by_region: true,
+            calls: vec![
+                (AggregateKind::Count, ""),
+                (AggregateKind::Max, "usage"),
+                (AggregateKind::Avg, "count"),
+            ],
+            as_answers: true,
+        },
+        ..rows_req.clone()
+    };
+    for r in [&rows_req, &agg_req] {
+        let req = to_proto(r);
+        let (whole, whole_m) = run_sealed(&req, &file);
+        let want = answer_of(r, &whole);
+        assert!(matches!(&want, Answer::Rows(v) if !v.is_empty()) || matches!(&want, Answer::Groups(g) if !g.is_empty()));
+        assert_eq!(
+            file.groups_to_read(&Query::compile(&req).unwrap()).unwrap().len(),
+            20
+        );
+        for shares in [2, 3, 7, 20, 40] {
+            let (batches, parts) = try_sealed_shares(&req, &file, shares).unwrap();
+            assert!(
+                close(&answer_from(r, &batches, true), &want),
+                "{shares} parts of {r:?}"
+            );
+            let mut got = summed(&parts);
+            let mut expected = whole_m.clone();
+            got.rows_returned = 0;
+            expected.rows_returned = 0;
+            assert_eq!(got, expected, "{shares} parts of {r:?}");
+        }
+    }
+    // A limit, the first rows by time and the newest rows of each series
+    // need one collector.
+    for want in [
+        Want::Rows { limit: 10 },
+        Want::Ordered {
+            desc: true,
+            limit: 10,
+        },
+        Want::Last { rows: 1 },
+    ] {
+        let r = Req {
+            want,
+            ..rows_req.clone()
+        };
+        let req = to_proto(&r);
+        assert!(!Query::compile(&req).unwrap().splits(), "{r:?}");
+        assert!(try_sealed_shares(&req, &file, 2).is_err(), "{r:?}");
     }
 }

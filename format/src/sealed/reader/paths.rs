@@ -143,15 +143,66 @@ impl SealedFile {
     /// Answers `out`'s query over this file alone: the caller has checked
     /// that no late rows or deletes are pending for it.
     pub fn run(&self, out: &mut Output<'_>) -> Result<()> {
-        let before = pages_decoded();
-        let from_stats_before = out.metrics.pages_from_stats.get();
-        let q = out.query;
-        Metrics::add(&out.metrics.row_groups_total, self.groups.len() as u64);
+        let ctxs = self.series_ctxs(out.query)?;
+        let read = match out.query.mode {
+            Mode::Rows | Mode::Aggregate(_) => Some(self.candidates(out.query, &ctxs)),
+            Mode::Last { .. } | Mode::Ordered { .. } => None,
+        };
+        let all: Vec<usize> = (0..self.groups.len()).collect();
+        self.run_in(out, &ctxs, read.as_deref(), &all, true, 1)
+    }
+
+    /// The row groups a scan of `q` reads, in file order: those whose time
+    /// bounds and series the directory cannot rule out. What a scan split
+    /// across threads shares out (`run_share`).
+    pub fn groups_to_read(&self, q: &Query) -> Result<Vec<usize>> {
+        let ctxs = self.series_ctxs(q)?;
+        Ok(self.candidates(q, &ctxs))
+    }
+
+    /// Share `share` of `shares` of a scan split across threads: answers
+    /// `out`'s query over one contiguous run of `groups` (as
+    /// `groups_to_read` gave them), the shares together reading each group
+    /// once. Each share is a whole answer of its own rows (`Query::splits`
+    /// says which queries allow it); share 0 also counts the groups no share
+    /// reads, so the shares' counters sum to what `run` counts.
+    pub fn run_share(
+        &self,
+        out: &mut Output<'_>,
+        groups: &[usize],
+        share: usize,
+        shares: usize,
+    ) -> Result<()> {
+        if !out.query.splits() || share >= shares {
+            return Err(Error::Internal(format!(
+                "share {share} of {shares} of a scan that cannot be split"
+            )));
+        }
+        let ctxs = self.series_ctxs(out.query)?;
+        let (a, b) = (
+            groups.len() * share / shares,
+            groups.len() * (share + 1) / shares,
+        );
+        let mine = &groups[a..b];
+        let mut counted = mine.to_vec();
+        if share == 0 {
+            let mut read = groups.iter().peekable();
+            for g in 0..self.groups.len() {
+                if read.next_if(|&&r| r == g).is_none() {
+                    counted.push(g);
+                }
+            }
+        }
+        self.run_in(out, &ctxs, Some(mine), &counted, share == 0, shares)
+    }
+
+    /// What each series contributes to `q`: ruled out unless it can match.
+    fn series_ctxs(&self, q: &Query) -> Result<Vec<SeriesCtx>> {
         let bad_key = || Error::Corrupt {
             partition_id: self.partition_id,
             reason: format!("bad series key in the directory of {}", self.path.display()),
         };
-        let ctxs = match point_key(q) {
+        Ok(match point_key(q) {
             // Every tag pinned to one value (or to NULL): at most one series
             // can match, found by binary search in the per-series directory.
             Some(key) => {
@@ -168,23 +219,59 @@ impl SealedFile {
                 }
                 ctxs
             }
-        };
+        })
+    }
+
+    /// The groups `group_may_match` keeps, in file order.
+    fn candidates(&self, q: &Query, ctxs: &[SeriesCtx]) -> Vec<usize> {
+        (0..self.groups.len())
+            .filter(|&g| self.group_may_match(g, q, ctxs))
+            .collect()
+    }
+
+    /// Runs the path of `out`'s mode over `read` (rows and aggregate modes;
+    /// the other modes choose their own order over every group) and counts
+    /// the groups of `counted` that were not read and their pages that were
+    /// neither decoded nor folded from statistics. `whole` adds the file's
+    /// groups to `row_groups_total`; `shares` is how many parts the scan is
+    /// split into.
+    fn run_in(
+        &self,
+        out: &mut Output<'_>,
+        ctxs: &[SeriesCtx],
+        read: Option<&[usize]>,
+        counted: &[usize],
+        whole: bool,
+        shares: usize,
+    ) -> Result<()> {
+        let before = pages_decoded();
+        let from_stats_before = out.metrics.pages_from_stats.get();
+        let q = out.query;
+        if whole {
+            Metrics::add(&out.metrics.row_groups_total, self.groups.len() as u64);
+        }
+        let read = read.unwrap_or_default();
         let touched = match &q.mode {
-            Mode::Rows => self.run_rows(out, &ctxs)?,
-            Mode::Aggregate(_) => self.run_aggregate(out, &ctxs)?,
-            Mode::Last { rows } => self.run_last(out, &ctxs, *rows)?,
-            Mode::Ordered { desc } => self.run_ordered(out, &ctxs, *desc)?,
+            Mode::Rows => self.run_rows(out, ctxs, read)?,
+            Mode::Aggregate(_) => self.run_aggregate(out, ctxs, read, shares)?,
+            Mode::Last { rows } => self.run_last(out, ctxs, *rows)?,
+            Mode::Ordered { desc } => self.run_ordered(out, ctxs, *desc)?,
         };
         let decoded = pages_decoded() - before;
         Metrics::add(&out.metrics.pages_decoded, decoded);
         Metrics::add(
             &out.metrics.row_groups_skipped,
-            (self.groups.len() as u64).saturating_sub(touched),
+            (counted.len() as u64).saturating_sub(touched),
         );
-        let total: u64 = self
-            .groups
+        let total: u64 = counted
             .iter()
-            .map(|g| g.chunks.iter().map(|c| c.len() as u64).sum::<u64>())
+            .map(|&g| {
+                self.groups[g]
+                    .chunks
+                    .iter()
+                    .map(|c| c.len() as u64)
+                    .sum::<u64>()
+            })
             .sum();
         Metrics::add(
             &out.metrics.pages_skipped,
@@ -622,8 +709,9 @@ impl SealedFile {
         page_value(page, row - infos[p].first_row as usize)
     }
 
-    /// Rows mode: projected columns of the matching rows, in file order.
-    fn run_rows(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx]) -> Result<u64> {
+    /// Rows mode: projected columns of the matching rows of `groups`, in
+    /// file order.
+    fn run_rows(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx], groups: &[usize]) -> Result<u64> {
         let q = out.query;
         let sources: Vec<Source> = q
             .projection
@@ -633,7 +721,7 @@ impl SealedFile {
         let any_tag = sources.iter().any(|s| matches!(s, Source::Tag));
         let mut batch = OutBatch::new(&q.projection);
         let mut touched = 0;
-        for g in 0..self.groups.len() {
+        for &g in groups {
             if out.done() {
                 break;
             }
@@ -705,8 +793,14 @@ impl SealedFile {
         Ok(touched)
     }
 
-    /// Aggregate mode.
-    fn run_aggregate(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx]) -> Result<u64> {
+    /// Aggregate mode over `groups`, one of `shares` parts of the scan.
+    fn run_aggregate(
+        &self,
+        out: &mut Output<'_>,
+        ctxs: &[SeriesCtx],
+        groups: &[usize],
+        shares: usize,
+    ) -> Result<u64> {
         let q = out.query;
         let Mode::Aggregate(plan) = &q.mode else {
             return Err(Error::Internal("not an aggregate scan".into()));
@@ -715,14 +809,14 @@ impl SealedFile {
         // Pages folded from statistics, each counted once however many
         // calls used it.
         let mut folded: std::collections::HashSet<(usize, usize, usize)> = Default::default();
-        out.reserve_groups(self.groups_expected(plan, q, ctxs));
+        out.reserve_groups(self.groups_expected(plan, q, ctxs).div_ceil(shares.max(1)));
         // Runs of rows in one group: (a, b, series, group index); and per
         // call the segments of those runs still to read from pages and
         // their row ranges. Kept across row groups, so they grow once.
         let mut runs: Vec<(usize, usize, usize, usize)> = Vec::new();
         let mut segs: Vec<(usize, usize, usize, usize)> = Vec::new();
         let mut wanted: Ranges = Vec::new();
-        for g in 0..self.groups.len() {
+        for &g in groups {
             if out.done() {
                 break;
             }
