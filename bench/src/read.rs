@@ -1,7 +1,7 @@
 //! Read-path benchmark: a sealed day of TSBS cpu-only data (100 hosts, 10 s)
 //! answered by the storage node's read paths, against DataFusion over a zstd
 //! Parquet file of the same rows in the same run, one thread each (or
-//! `--threads N` each: the node's parts of a split scan, DataFusion's target
+//! `--threads N` each: the storage node's split scan, DataFusion's target
 //! partitions).
 //!
 //! Queries (each checked for parity before it is timed):
@@ -19,6 +19,7 @@
 //!   cargo run --release -p sealion-bench --bin read-bench -- --hosts 100 --runs 5 [--threads 2]
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -36,69 +37,41 @@ use sealion_format::scan::states::{StateColumn, final_array};
 use sealion_format::scan::{Metrics, Output, Query};
 use sealion_format::sealed::{SealedFile, SortedRow, write_sealed};
 use sealion_partial::{AggregateKind, Finalize, GroupStates, Value, ValueType};
+use sealion_storage::engine::read_shared_out;
 
 const MINUTE_NS: i64 = 60_000_000_000;
 
 /// Runs `req` on the sealed file; returns the batches and the node's
 /// counters. On `threads` > 1, a query whose answer may be gathered in parts
 /// (rows without a limit, aggregates) is shared out over that many threads
-/// as the storage node shares a sealed partition out (`SealedFile::run_share`
-/// over contiguous runs of the row groups it reads, at least two a thread);
-/// the parts' batches come back one part after another.
+/// by the storage node's own code (`engine::read_shared_out`: runs of
+/// contiguous row groups, at least two a thread, each thread collecting
+/// its own answer).
 fn node_scan(
-    file: &SealedFile,
+    file: &Arc<SealedFile>,
     threads: usize,
     req: &ScanRequest,
 ) -> anyhow::Result<(Vec<RecordBatch>, ScanMetrics)> {
     let q = Query::compile(req)?;
-    let groups = if threads > 1 && q.splits() {
-        file.groups_to_read(&q)?
+    let batches = Mutex::new(Vec::new());
+    let send = |b: RecordBatch| {
+        batches.lock().map(|mut v| v.push(b)).is_ok()
+    };
+    let mut sink = |b: RecordBatch| send(b);
+    let mut out = Output::new(&q, &mut sink);
+    let parts = if threads > 1 && q.splits() {
+        let files = vec![(file.clone(), file.groups_to_read(&q)?)];
+        read_shared_out(&mut out, &files, threads, &send, &|| false)?
     } else {
-        Vec::new()
-    };
-    let shares = threads.min(groups.len() / 2);
-    if shares < 2 {
-        let mut batches = Vec::new();
-        let mut emit = |b: RecordBatch| {
-            batches.push(b);
-            true
-        };
-        let mut out = Output::new(&q, &mut emit);
         file.run(&mut out)?;
-        let m = out.finish()?;
-        return Ok((batches, m));
-    }
-    let run = |share: usize| -> anyhow::Result<(Vec<RecordBatch>, ScanMetrics)> {
-        let mut batches = Vec::new();
-        let mut emit = |b: RecordBatch| {
-            batches.push(b);
-            true
-        };
-        let mut out = Output::new(&q, &mut emit);
-        file.run_share(&mut out, &groups, share, shares)?;
-        let m = out.finish()?;
-        Ok((batches, m))
+        ScanMetrics::default()
     };
-    let parts = std::thread::scope(|scope| {
-        let others: Vec<_> = (1..shares)
-            .map(|share| scope.spawn(move || run(share)))
-            .collect();
-        let mut parts = vec![run(0)];
-        parts.extend(
-            others
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| bail!("a scan thread panicked"))),
-        );
-        parts
-    });
-    let mut batches = Vec::new();
-    let mut metrics = ScanMetrics::default();
-    for part in parts {
-        let (b, m) = part?;
-        batches.extend(b);
-        Metrics::add_proto(&mut metrics, &m);
-    }
-    Ok((batches, metrics))
+    let mut m = out.finish()?;
+    Metrics::add_proto(&mut m, &parts);
+    let batches = batches
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("a scan thread panicked"))?;
+    Ok((batches, m))
 }
 
 fn bytes_of(batches: &[RecordBatch]) -> usize {
@@ -263,7 +236,7 @@ fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("day.slf");
     write_sealed(&path, 1, &cols, sorted_rows)?;
-    let file = SealedFile::open(&path)?;
+    let file = Arc::new(SealedFile::open(&path)?);
     let sealed_bytes = std::fs::metadata(&path)?.len();
 
     // The Parquet file of the same rows.
@@ -472,7 +445,7 @@ fn main() -> anyhow::Result<()> {
         "- data: TSBS cpu-only shape, {hosts} hosts x {rows_per_host} rows (10 s), one sealed partition of {rows} rows ({sealed_bytes} bytes); the same rows as zstd Parquet sorted by host and time ({pq_bytes} bytes)"
     );
     println!(
-        "- Sealion: the storage node's read paths (`SealedFile::run`, or `run_share` per part) on {threads} thread(s), partial states finalized as a query node would; DataFusion {}: `SessionContext` with {threads} target partition(s) over the Parquet file",
+        "- Sealion: the storage node's read paths (`SealedFile::run`; on more than one thread the storage node's `read_shared_out`) on {threads} thread(s), partial states finalized as a query node would; DataFusion {}: `SessionContext` with {threads} target partition(s) over the Parquet file",
         datafusion::DATAFUSION_VERSION
     );
     println!(

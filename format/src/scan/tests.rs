@@ -961,8 +961,17 @@ fn answer_from(r: &Req, batches: &[RecordBatch], merge: bool) -> Answer {
 }
 
 /// Whether two answers agree, floats to a relative 1e-9: states merged in
-/// another order round differently in the last bits.
-fn close(a: &Answer, b: &Answer) -> bool {
+/// another order round differently in the last bits. Percentiles are left
+/// out: a t-digest merged from parts is not the digest of the whole, and
+/// `sealion_partial`'s own tests hold it to its rank error after any split.
+fn close(r: &Req, a: &Answer, b: &Answer) -> bool {
+    let skip: Vec<bool> = match &r.want {
+        Want::Agg { calls, .. } => calls
+            .iter()
+            .map(|(k, _)| *k == AggregateKind::Percentile)
+            .collect(),
+        _ => Vec::new(),
+    };
     let near = |x: &Fin, y: &Fin| match (x, y) {
         (Fin::F(x), Fin::F(y)) => {
             (x.is_nan() && y.is_nan())
@@ -975,7 +984,13 @@ fn close(a: &Answer, b: &Answer) -> bool {
         (Answer::Groups(a), Answer::Groups(b)) => {
             a.len() == b.len()
                 && a.iter().zip(b).all(|((ka, fa), (kb, fb))| {
-                    ka == kb && fa.len() == fb.len() && fa.iter().zip(fb).all(|(x, y)| near(x, y))
+                    ka == kb
+                        && fa.len() == fb.len()
+                        && fa
+                            .iter()
+                            .zip(fb)
+                            .enumerate()
+                            .all(|(i, (x, y))| skip.get(i) == Some(&true) || near(x, y))
                 })
         }
         _ => a == b,
@@ -1137,7 +1152,7 @@ proptest! {
                         Err(_) => Answer::Error,
                     };
                     prop_assert!(
-                        close(&split, &want),
+                        close(r, &split, &want),
                         "sealed paths in {} parts, request {:?}: {:?} against {:?}",
                         shares, r, split, want
                     );
@@ -1800,7 +1815,7 @@ fn scans_split_over_row_groups_answer_and_count_as_one_and_ordered_scans_refuse(
         for shares in [2, 3, 7, 20, 40] {
             let (batches, parts) = try_sealed_shares(&req, &file, shares).unwrap();
             assert!(
-                close(&answer_from(r, &batches, true), &want),
+                close(r, &answer_from(r, &batches, true), &want),
                 "{shares} parts of {r:?}"
             );
             let mut got = summed(&parts);
