@@ -84,8 +84,8 @@ pub const MAX_SCAN_THREADS: usize = 64;
 /// Row groups to read a thread must have at least before a sealed
 /// partition's scan is shared out: fewer is not worth a thread.
 pub const MIN_GROUPS_PER_SCAN_THREAD: usize = 2;
-/// Pieces a split scan cuts its row groups into per thread, so that a
-/// thread whose pieces went quickly takes more.
+/// Pieces a split scan cuts its row groups into per thread, dealt out in
+/// turn, so that uneven pieces even out over each thread's several.
 const PIECES_PER_SCAN_THREAD: usize = 4;
 const FILE_SUFFIX: &str = "slf";
 
@@ -316,7 +316,6 @@ pub fn read_shared_out(
     }
     // The threads' collectors share the node's group limits.
     out.share_limits(threads);
-    let next = std::sync::atomic::AtomicUsize::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
     let stopped = || failed.load(std::sync::atomic::Ordering::Relaxed) || gone();
     // Thread `t` takes pieces t, t + threads, ... into `out`: dealt out

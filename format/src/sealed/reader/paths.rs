@@ -143,20 +143,20 @@ impl SealedFile {
     /// Answers `out`'s query over this file alone: the caller has checked
     /// that no late rows or deletes are pending for it.
     pub fn run(&self, out: &mut Output<'_>) -> Result<()> {
-        let ctxs = self.series_ctxs(out.query)?;
+        let ctxs = self.series_ctxs(out.query, 0..self.series.len())?;
         let read = match out.query.mode {
             Mode::Rows | Mode::Aggregate(_) => Some(self.candidates(out.query, &ctxs)),
             Mode::Last { .. } | Mode::Ordered { .. } => None,
         };
         let all: Vec<usize> = (0..self.groups.len()).collect();
-        self.run_in(out, &ctxs, read.as_deref(), &all, true, 1)
+        self.run_in(out, &ctxs, read.as_deref(), &all, true)
     }
 
     /// The row groups a scan of `q` reads, in file order: those whose time
     /// bounds and series the directory cannot rule out. What a scan split
     /// across threads shares out (`run_share`).
     pub fn groups_to_read(&self, q: &Query) -> Result<Vec<usize>> {
-        let ctxs = self.series_ctxs(q)?;
+        let ctxs = self.series_ctxs(q, 0..self.series.len())?;
         Ok(self.candidates(q, &ctxs))
     }
 
@@ -178,12 +178,19 @@ impl SealedFile {
                 "share {share} of {shares} of a scan that cannot be split"
             )));
         }
-        let ctxs = self.series_ctxs(out.query)?;
         let (a, b) = (
             groups.len() * share / shares,
             groups.len() * (share + 1) / shares,
         );
         let mine = &groups[a..b];
+        // Only the series of these groups can reach the answer.
+        let series = match (mine.first(), mine.last()) {
+            (Some(&g0), Some(&g1)) => {
+                self.groups[g0].first_key.0 as usize..self.groups[g1].last_key.0 as usize + 1
+            }
+            _ => 0..0,
+        };
+        let ctxs = self.series_ctxs(out.query, series)?;
         let mut counted = mine.to_vec();
         if share == 0 {
             let mut read = groups.iter().peekable();
@@ -193,33 +200,34 @@ impl SealedFile {
                 }
             }
         }
-        self.run_in(out, &ctxs, Some(mine), &counted, share == 0, shares)
+        self.run_in(out, &ctxs, Some(mine), &counted, share == 0)
     }
 
-    /// What each series contributes to `q`: ruled out unless it can match.
-    fn series_ctxs(&self, q: &Query) -> Result<Vec<SeriesCtx>> {
+    /// What each series contributes to `q`: ruled out unless it is in
+    /// `series` (indexes into the directory's series) and can match.
+    fn series_ctxs(&self, q: &Query, series: std::ops::Range<usize>) -> Result<Vec<SeriesCtx>> {
         let bad_key = || Error::Corrupt {
             partition_id: self.partition_id,
             reason: format!("bad series key in the directory of {}", self.path.display()),
         };
-        Ok(match point_key(q) {
+        let mut ctxs = vec![SeriesCtx::ruled_out(); self.series.len()];
+        match point_key(q) {
             // Every tag pinned to one value (or to NULL): at most one series
             // can match, found by binary search in the per-series directory.
             Some(key) => {
-                let mut ctxs = vec![SeriesCtx::ruled_out(); self.series.len()];
-                if let Ok(i) = self.series.binary_search_by(|s| series_cmp(&s.key, &key)) {
+                if let Ok(i) = self.series.binary_search_by(|s| series_cmp(&s.key, &key))
+                    && series.contains(&i)
+                {
                     ctxs[i] = q.series_ctx(&self.series[i].key).ok_or_else(bad_key)?;
                 }
-                ctxs
             }
             None => {
-                let mut ctxs = Vec::with_capacity(self.series.len());
-                for s in &self.series {
-                    ctxs.push(q.series_ctx(&s.key).ok_or_else(bad_key)?);
+                for i in series {
+                    ctxs[i] = q.series_ctx(&self.series[i].key).ok_or_else(bad_key)?;
                 }
-                ctxs
             }
-        })
+        }
+        Ok(ctxs)
     }
 
     /// The groups `group_may_match` keeps, in file order.
@@ -233,8 +241,7 @@ impl SealedFile {
     /// the other modes choose their own order over every group) and counts
     /// the groups of `counted` that were not read and their pages that were
     /// neither decoded nor folded from statistics. `whole` adds the file's
-    /// groups to `row_groups_total`; `shares` is how many parts the scan is
-    /// split into.
+    /// groups to `row_groups_total`.
     fn run_in(
         &self,
         out: &mut Output<'_>,
@@ -242,7 +249,6 @@ impl SealedFile {
         read: Option<&[usize]>,
         counted: &[usize],
         whole: bool,
-        shares: usize,
     ) -> Result<()> {
         let before = pages_decoded();
         let from_stats_before = out.metrics.pages_from_stats.get();
@@ -253,7 +259,7 @@ impl SealedFile {
         let read = read.unwrap_or_default();
         let touched = match &q.mode {
             Mode::Rows => self.run_rows(out, ctxs, read)?,
-            Mode::Aggregate(_) => self.run_aggregate(out, ctxs, read, shares)?,
+            Mode::Aggregate(_) => self.run_aggregate(out, ctxs, read)?,
             Mode::Last { rows } => self.run_last(out, ctxs, *rows)?,
             Mode::Ordered { desc } => self.run_ordered(out, ctxs, *desc)?,
         };
@@ -793,14 +799,8 @@ impl SealedFile {
         Ok(touched)
     }
 
-    /// Aggregate mode over `groups`, one of `shares` parts of the scan.
-    fn run_aggregate(
-        &self,
-        out: &mut Output<'_>,
-        ctxs: &[SeriesCtx],
-        groups: &[usize],
-        shares: usize,
-    ) -> Result<u64> {
+    /// Aggregate mode over `groups`.
+    fn run_aggregate(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx], groups: &[usize]) -> Result<u64> {
         let q = out.query;
         let Mode::Aggregate(plan) = &q.mode else {
             return Err(Error::Internal("not an aggregate scan".into()));
@@ -809,7 +809,7 @@ impl SealedFile {
         // Pages folded from statistics, each counted once however many
         // calls used it.
         let mut folded: std::collections::HashSet<(usize, usize, usize)> = Default::default();
-        out.reserve_groups(self.groups_expected(plan, q, ctxs).div_ceil(shares.max(1)));
+        out.reserve_groups(self.groups_expected(plan, q, ctxs));
         // Runs of rows in one group: (a, b, series, group index); and per
         // call the segments of those runs still to read from pages and
         // their row ranges. Kept across row groups, so they grow once.
