@@ -375,7 +375,7 @@ def markdown(r: dict, pngs: list[str]) -> str:
         if fs:
             L.append("## Full scan\n")
             L.append(f"`{fs['sql']}`, the same warm-up and runs: what reading two columns of every row costs "
-                     "each system (no system can prune by that expression), the reference for the lookups with "
+                     "each system (no statistics can rule rows out for it), the reference for the lookups with "
                      "no time predicate (ms).\n")
             L.append("| system | median (min–max) ms |")
             L.append("|---|---|")

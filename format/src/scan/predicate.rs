@@ -207,6 +207,116 @@ impl Num {
             }
         }
     }
+
+    /// Bounds `(lo, hi)` of this value over rows whose column `k` lies in
+    /// `col(k)` (from page statistics), in [`f64::total_cmp`] order: every
+    /// such row's value is in `lo..=hi`. None when it cannot tell: a column
+    /// without bounds, a bound or an intermediate bound that is not finite
+    /// (a NaN or an infinity could come of it), a leaf of the other type.
+    /// Round to nearest is monotone, so bounds computed from the bounds hold
+    /// the computed values; a zero bound is widened to both signed zeros,
+    /// since a sum or product of zero may carry either sign.
+    pub fn range_f64(&self, col: &impl Fn(usize) -> Option<(f64, f64)>) -> Option<(f64, f64)> {
+        let finite = |lo: f64, hi: f64| {
+            if !lo.is_finite() || !hi.is_finite() {
+                return None;
+            }
+            let lo = if lo == 0.0 { -0.0 } else { lo };
+            let hi = if hi == 0.0 { 0.0 } else { hi };
+            Some((lo, hi))
+        };
+        match self {
+            Num::Col(c) => {
+                let (lo, hi) = col(*c)?;
+                finite(lo, hi)
+            }
+            Num::F64(x) => finite(*x, *x),
+            Num::I64(_) => None,
+            Num::Arith(op, a, b) => {
+                let ((a0, a1), (b0, b1)) = (a.range_f64(col)?, b.range_f64(col)?);
+                match op {
+                    ArithOp::ArithAdd => finite(a0 + b0, a1 + b1),
+                    ArithOp::ArithSub => finite(a0 - b1, a1 - b0),
+                    ArithOp::ArithMul => {
+                        let corners = [a0 * b0, a0 * b1, a1 * b0, a1 * b1];
+                        let lo = corners.iter().copied().fold(f64::INFINITY, f64::min);
+                        let hi = corners.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        finite(lo, hi)
+                    }
+                    ArithOp::Unspecified => None,
+                }
+            }
+        }
+    }
+
+    /// [`Num::range_f64`] over `i64` leaves. None when any operation on the
+    /// bounds overflows: the values wrap, so no bounds hold them.
+    pub fn range_i64(&self, col: &impl Fn(usize) -> Option<(i64, i64)>) -> Option<(i64, i64)> {
+        match self {
+            Num::Col(c) => col(*c),
+            Num::I64(x) => Some((*x, *x)),
+            Num::F64(_) => None,
+            Num::Arith(op, a, b) => {
+                let ((a0, a1), (b0, b1)) = (a.range_i64(col)?, b.range_i64(col)?);
+                match op {
+                    ArithOp::ArithAdd => Some((a0.checked_add(b0)?, a1.checked_add(b1)?)),
+                    ArithOp::ArithSub => Some((a0.checked_sub(b1)?, a1.checked_sub(b0)?)),
+                    ArithOp::ArithMul => {
+                        let corners = [
+                            a0.checked_mul(b0)?,
+                            a0.checked_mul(b1)?,
+                            a1.checked_mul(b0)?,
+                            a1.checked_mul(b1)?,
+                        ];
+                        Some((*corners.iter().min()?, *corners.iter().max()?))
+                    }
+                    ArithOp::Unspecified => None,
+                }
+            }
+        }
+    }
+}
+
+/// Whether `l <op> r` is false for every `l` in `left` and `r` in `right`
+/// (inclusive bounds `(lo, hi)`): a range of rows whose values lie in these
+/// bounds can be dropped unread.
+pub fn ranges_exclude<T: Ord>(op: CompareOp, left: (T, T), right: (T, T)) -> bool {
+    let ((l0, l1), (r0, r1)) = (left, right);
+    match op {
+        CompareOp::CmpEq => l1 < r0 || l0 > r1,
+        CompareOp::CmpNe => l0 == l1 && r0 == r1 && l0 == r0,
+        CompareOp::CmpLt => l0 >= r1,
+        CompareOp::CmpLe => l0 > r1,
+        CompareOp::CmpGt => l1 <= r0,
+        CompareOp::CmpGe => l1 < r0,
+        CompareOp::Unspecified => false,
+    }
+}
+
+/// Whether the comparison `left <op> right` of type `ty` is false (or
+/// unknown) for every row whose columns lie in the bounds `f64_of` and
+/// `i64_of` give (from statistics); false when the bounds cannot tell.
+pub fn values_excluded(
+    left: &Num,
+    op: CompareOp,
+    right: &Num,
+    ty: NumType,
+    f64_of: impl Fn(usize) -> Option<(f64, f64)>,
+    i64_of: impl Fn(usize) -> Option<(i64, i64)>,
+) -> bool {
+    match ty {
+        NumType::F64 => {
+            let key = |(lo, hi): (f64, f64)| (columnwise::total_key(lo), columnwise::total_key(hi));
+            match (left.range_f64(&f64_of), right.range_f64(&f64_of)) {
+                (Some(l), Some(r)) => ranges_exclude(op, key(l), key(r)),
+                _ => false,
+            }
+        }
+        NumType::I64 => match (left.range_i64(&i64_of), right.range_i64(&i64_of)) {
+            (Some(l), Some(r)) => ranges_exclude(op, l, r),
+            _ => false,
+        },
+    }
 }
 
 /// Column-at-a-time evaluation of [`Num`] and of comparisons, for rows whose
@@ -942,6 +1052,137 @@ mod tests {
                 .collect();
             prop_assert_eq!(keep, want);
         }
+    }
+
+    /// Per column, the total-order min and max of its non-null values, as
+    /// page statistics keep them.
+    fn bounds<T: Copy>(
+        rows: &[[Option<T>; 3]],
+        cmp: impl Fn(&T, &T) -> std::cmp::Ordering,
+    ) -> Vec<Option<(T, T)>> {
+        (0..3)
+            .map(|c| {
+                let mut it = rows.iter().filter_map(|r| r[c]);
+                let first = it.next()?;
+                Some(it.fold((first, first), |(lo, hi), x| {
+                    (
+                        if cmp(&x, &lo).is_lt() { x } else { lo },
+                        if cmp(&x, &hi).is_gt() { x } else { hi },
+                    )
+                }))
+            })
+            .collect()
+    }
+
+    /// Small finite values only, so that bounds often prove something.
+    fn tame_f64() -> impl Strategy<Value = f64> + Clone {
+        prop_oneof![
+            4 => (-20..120i32).prop_map(f64::from),
+            1 => (-40..40i32).prop_map(|x| f64::from(x) / 8.0),
+            1 => Just(-0.0),
+            1 => Just(0.0),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+        /// When the bounds of the columns prove a DOUBLE comparison false,
+        /// no row within them passes it: NaN, signed zeros, infinities and
+        /// overflow included.
+        #[test]
+        fn float_bounds_exclude_only_rows_that_fail(
+            left in num(true),
+            op in op(),
+            right in num(true),
+            rows in prop_oneof![rows(special_f64()), rows(tame_f64())],
+        ) {
+            let b = bounds(&rows, f64::total_cmp);
+            if values_excluded(&left, op, &right, NumType::F64, |c| b[c], |_| None) {
+                for r in &rows {
+                    let got = cmp_values(&left, op, &right, NumType::F64, |c| r[c], |_| None);
+                    prop_assert_ne!(got, Some(true), "{:?}", r);
+                }
+            }
+        }
+
+        /// The same for BIGINT, whose arithmetic wraps.
+        #[test]
+        fn integer_bounds_exclude_only_rows_that_fail(
+            left in num(false),
+            op in op(),
+            right in num(false),
+            rows in prop_oneof![rows(special_i64()), rows(-20..120i64)],
+        ) {
+            let b = bounds(&rows, i64::cmp);
+            if values_excluded(&left, op, &right, NumType::I64, |_| None, |c| b[c]) {
+                for r in &rows {
+                    let got = cmp_values(&left, op, &right, NumType::I64, |_| None, |c| r[c]);
+                    prop_assert_ne!(got, Some(true), "{:?}", r);
+                }
+            }
+        }
+    }
+
+    /// Bounds prove what they should: two columns in 0..=100 never sum
+    /// past 200, a product of bounds that overflows proves nothing, and a
+    /// sum that could be either zero is not taken for one of them.
+    #[test]
+    fn bounds_prove_comparisons_false() {
+        let sum = Num::Arith(
+            ArithOp::ArithAdd,
+            Box::new(Num::Col(0)),
+            Box::new(Num::Col(1)),
+        );
+        let pct = |_: usize| Some((0.0, 100.0));
+        let f = |x: f64| Num::F64(x);
+        let ex = |op, right: &Num, bound: &dyn Fn(usize) -> Option<(f64, f64)>| {
+            values_excluded(&sum, op, right, NumType::F64, bound, |_| None)
+        };
+        assert!(ex(CompareOp::CmpGt, &f(250.0), &pct));
+        assert!(ex(CompareOp::CmpGt, &f(200.0), &pct));
+        assert!(!ex(CompareOp::CmpGe, &f(200.0), &pct));
+        assert!(!ex(CompareOp::CmpGt, &f(150.0), &pct));
+        assert!(ex(CompareOp::CmpLt, &f(-0.5), &pct));
+        assert!(ex(CompareOp::CmpEq, &f(201.0), &pct));
+        // NaN or infinite bounds, or no bounds, prove nothing.
+        assert!(!ex(CompareOp::CmpGt, &f(250.0), &|_| Some((0.0, f64::NAN))));
+        assert!(!ex(CompareOp::CmpGt, &f(250.0), &|_| Some((
+            0.0,
+            f64::INFINITY
+        ))));
+        assert!(!ex(CompareOp::CmpGt, &f(250.0), &|_| None));
+        // -0.0 + -0.0 is -0.0, 0.0 + -0.0 is 0.0: neither zero is ruled out.
+        let zeros = |c: usize| Some(if c == 0 { (-0.0, 0.0) } else { (-0.0, -0.0) });
+        assert!(!ex(CompareOp::CmpEq, &f(0.0), &zeros));
+        assert!(!ex(CompareOp::CmpEq, &f(-0.0), &zeros));
+        assert!(ex(CompareOp::CmpEq, &f(1.0), &zeros));
+
+        let product = Num::Arith(
+            ArithOp::ArithMul,
+            Box::new(Num::Col(0)),
+            Box::new(Num::Col(1)),
+        );
+        let lit = Num::I64(0);
+        let small = |_: usize| Some((1i64, 10i64));
+        let huge = |_: usize| Some((1i64, i64::MAX / 2));
+        assert!(values_excluded(
+            &product,
+            CompareOp::CmpLt,
+            &lit,
+            NumType::I64,
+            |_| None,
+            small
+        ));
+        // Wrapping could make it anything.
+        assert!(!values_excluded(
+            &product,
+            CompareOp::CmpLt,
+            &lit,
+            NumType::I64,
+            |_| None,
+            huge
+        ));
     }
 
     /// A leaf of the other type, or a column the caller does not hold, is

@@ -1580,6 +1580,66 @@ fn field_statistics_skip_pages_only_when_no_row_can_pass() {
     assert!(skipped_somewhere, "no comparison let a page go unread");
 }
 
+/// A comparison of two values (`usage + idle > x`) skips the pages whose
+/// statistics bound the sum away from `x`, and answers as the model does
+/// wherever `x` lies: below, inside and above the page sums.
+#[test]
+fn value_comparisons_skip_pages_their_bounds_rule_out() {
+    // One host; usage climbs 0, 0.5, ... 31.5 and idle stays at 10, so the
+    // sum climbs page by page (pages of 4 rows).
+    let rows: Vec<Row> = (0..64)
+        .map(|i| Row {
+            host: "h0".into(),
+            region: None,
+            time: i,
+            usage: Some(i as f64 / 2.0),
+            count: Some(i),
+            idle: if i % 9 == 0 { None } else { Some(10.0) },
+        })
+        .collect();
+    let stored = stored(&rows);
+    let model = model_rows(&stored);
+    let dir = tempfile::tempdir().unwrap();
+    let file = seal(dir.path(), &stored, 64, 4);
+    let sum = || NumP::Op(ArithOp::ArithAdd, Box::new(NumP::Col), Box::new(NumP::Idle));
+    let mut decoded = Vec::new();
+    // Literals are read as x / 2: 5, 20, 30 and 45 against sums 10..=41.5.
+    for x in [10, 40, 60, 90] {
+        for op in [CompareOp::CmpGt, CompareOp::CmpLt, CompareOp::CmpEq] {
+            let r = Req {
+                start: i64::MIN,
+                end: i64::MAX,
+                tags: vec![],
+                field: Some(FieldP::UsageValues(sum(), op, NumP::Lit(x))),
+                columns: vec![true; COLUMNS],
+                want: Want::Rows { limit: 0 },
+            };
+            let (sealed, m) = run_sealed(&to_proto(&r), &file);
+            assert_eq!(answer_of(&r, &sealed), model_answer(&r, &model), "{r:?}");
+            decoded.push((x, op, m.pages_decoded));
+        }
+    }
+    let pages = |x: i64, op: CompareOp| {
+        decoded
+            .iter()
+            .find(|d| d.0 == x && d.1 == op)
+            .map(|d| d.2)
+            .unwrap()
+    };
+    // Sums never pass 41.5: `> 45` and `= 45` read nothing, nor does
+    // `< 5`, since every sum is at least 10.
+    assert_eq!(pages(90, CompareOp::CmpGt), 0, "{decoded:?}");
+    assert_eq!(pages(90, CompareOp::CmpEq), 0, "{decoded:?}");
+    assert_eq!(pages(10, CompareOp::CmpLt), 0, "{decoded:?}");
+    // `> 30` reads only the pages whose sums can pass it (the later
+    // half of the rows), fewer than `> 20` reads.
+    assert!(pages(60, CompareOp::CmpGt) > 0, "{decoded:?}");
+    assert!(
+        pages(60, CompareOp::CmpGt) < pages(40, CompareOp::CmpGt),
+        "{decoded:?}"
+    );
+}
+
 fn one_series(points: &[(i64, f64)]) -> Vec<SortedRow> {
     stored(
         &points
@@ -1807,9 +1867,14 @@ fn scans_split_over_row_groups_answer_and_count_as_one_and_ordered_scans_refuse(
         let req = to_proto(r);
         let (whole, whole_m) = run_sealed(&req, &file);
         let want = answer_of(r, &whole);
-        assert!(matches!(&want, Answer::Rows(v) if !v.is_empty()) || matches!(&want, Answer::Groups(g) if !g.is_empty()));
+        assert!(
+            matches!(&want, Answer::Rows(v) if !v.is_empty())
+                || matches!(&want, Answer::Groups(g) if !g.is_empty())
+        );
         assert_eq!(
-            file.groups_to_read(&Query::compile(&req).unwrap()).unwrap().len(),
+            file.groups_to_read(&Query::compile(&req).unwrap())
+                .unwrap()
+                .len(),
             20
         );
         for shares in [2, 3, 7, 20, 40] {

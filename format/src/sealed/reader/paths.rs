@@ -4,8 +4,10 @@
 //! - Every path first narrows each row group to row ranges: the group's time
 //!   bounds, then the series that pass the tag predicates (by the
 //!   per-series row ranges, so a one-series request reads only that
-//!   series' row groups), then time pages by their statistics, then (lazy
-//!   decode) the field predicate's columns, row by row.
+//!   series' row groups), then time pages by their statistics, then field
+//!   pages by theirs (a column against a literal by its min and max; two
+//!   arithmetic values by bounds worked out from their columns' min and
+//!   max), then (lazy decode) the field predicate's columns.
 //! - Rows mode decodes only the projected columns' pages that hold selected
 //!   rows and appends them page by page.
 //! - Aggregate mode splits the ranges into runs of one group (a time page
@@ -386,6 +388,19 @@ impl SealedFile {
             e => vec![e],
         };
         for e in conjuncts {
+            if let Expr::CmpValues {
+                left,
+                op,
+                right,
+                ty,
+            } = e
+            {
+                let cut = self.values_excluded_rows(g, filter, left, *op, right, *ty)?;
+                if !cut.is_empty() {
+                    ranges = subtract_all(&ranges, &cut);
+                }
+                continue;
+            }
             let Expr::Cmp { col, op, lit } = e else {
                 continue;
             };
@@ -445,6 +460,89 @@ impl SealedFile {
             }
         }
         Ok(Some((kept, dec)))
+    }
+
+    /// The rows of group `g` (sorted, disjoint `[a, b)`, adjacent runs
+    /// joined) where page statistics prove `left <op> right` false or
+    /// unknown: the group is cut where any of the comparison's columns
+    /// starts a page, and a piece goes when one of its pages holds only
+    /// nulls or when the bounds of the two values (`Num::range_f64`,
+    /// `Num::range_i64`) cannot meet `op`. Empty when a column is not
+    /// stored in the file's pages (a tag, or a column added after sealing).
+    fn values_excluded_rows(
+        &self,
+        g: usize,
+        filter: &crate::scan::predicate::FieldFilter,
+        left: &Num,
+        op: CompareOp,
+        right: &Num,
+        ty: NumType,
+    ) -> Result<Vec<(usize, usize)>> {
+        let group = &self.groups[g];
+        let mut cols = Vec::new();
+        left.columns(&mut cols);
+        right.columns(&mut cols);
+        // Per filter column read, its chunk; the pages of every chunk cover
+        // the group's rows in order.
+        let mut chunks: Vec<(usize, &[PageInfo])> = Vec::with_capacity(cols.len());
+        for &k in &cols {
+            let Source::Chunk(c) = self.source_of(&filter.columns[k])? else {
+                return Ok(Vec::new());
+            };
+            chunks.push((k, &group.chunks[c]));
+        }
+        let rows = group.rows as usize;
+        let mut at = vec![0usize; chunks.len()];
+        let mut cut: Vec<(usize, usize)> = Vec::new();
+        let mut row = 0;
+        let mut f64s: Vec<Option<(f64, f64)>> = vec![None; filter.columns.len()];
+        let mut i64s: Vec<Option<(i64, i64)>> = vec![None; filter.columns.len()];
+        while row < rows {
+            let mut hi = rows;
+            let mut all_null = false;
+            for ((k, pages), p) in chunks.iter().zip(at.iter_mut()) {
+                while *p < pages.len() && ((pages[*p].first_row + pages[*p].rows) as usize) <= row {
+                    *p += 1;
+                }
+                let Some(info) = pages.get(*p) else {
+                    // Pages that stop short of the group's rows: nothing is
+                    // proved for the rest.
+                    return Ok(cut);
+                };
+                hi = hi.min((info.first_row + info.rows) as usize);
+                all_null |= info.null_count == info.rows;
+                (f64s[*k], i64s[*k]) = match (&info.min, &info.max) {
+                    (Some(StatValue::Float64(a)), Some(StatValue::Float64(b))) => {
+                        (Some((*a, *b)), None)
+                    }
+                    (Some(StatValue::Int64(a)), Some(StatValue::Int64(b))) => {
+                        (None, Some((*a, *b)))
+                    }
+                    _ => (None, None),
+                };
+            }
+            if hi <= row {
+                return Ok(cut);
+            }
+            // A null in any column makes a row's comparison unknown.
+            let excluded = all_null
+                || crate::scan::predicate::values_excluded(
+                    left,
+                    op,
+                    right,
+                    ty,
+                    |k| f64s.get(k).copied().flatten(),
+                    |k| i64s.get(k).copied().flatten(),
+                );
+            if excluded {
+                match cut.last_mut() {
+                    Some(last) if last.1 == row => last.1 = hi,
+                    _ => cut.push((row, hi)),
+                }
+            }
+            row = hi;
+        }
+        Ok(cut)
     }
 
     /// The rows of `ranges` that pass `filter` when it is a conjunction of
@@ -800,7 +898,12 @@ impl SealedFile {
     }
 
     /// Aggregate mode over `groups`.
-    fn run_aggregate(&self, out: &mut Output<'_>, ctxs: &[SeriesCtx], groups: &[usize]) -> Result<u64> {
+    fn run_aggregate(
+        &self,
+        out: &mut Output<'_>,
+        ctxs: &[SeriesCtx],
+        groups: &[usize],
+    ) -> Result<u64> {
         let q = out.query;
         let Mode::Aggregate(plan) = &q.mode else {
             return Err(Error::Internal("not an aggregate scan".into()));
@@ -1544,6 +1647,42 @@ fn subtract(ranges: &Ranges, x: usize, y: usize) -> Ranges {
     out
 }
 
+/// `ranges` (sorted by row, disjoint) without the rows of `cut` (sorted,
+/// disjoint `[x, y)`), in one pass over both.
+fn subtract_all(ranges: &Ranges, cut: &[(usize, usize)]) -> Ranges {
+    let mut out = Vec::with_capacity(ranges.len());
+    let mut k = 0;
+    for &(a, b, s) in ranges {
+        // Cuts that end before this range cannot touch any later one.
+        while k < cut.len() && cut[k].1 <= a {
+            k += 1;
+        }
+        let mut lo = a;
+        let mut j = k;
+        while lo < b {
+            match cut.get(j) {
+                Some(&(x, y)) if x < b => {
+                    if lo < x {
+                        out.push((lo, x, s));
+                    }
+                    lo = lo.max(y);
+                    if y <= b {
+                        j += 1;
+                    }
+                    if y >= b {
+                        break;
+                    }
+                }
+                _ => {
+                    out.push((lo, b, s));
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The one series key a query's tag predicates allow, when they pin every
 /// tag of the table to a single value or to NULL.
 fn point_key(q: &crate::scan::Query) -> Option<Vec<u8>> {
@@ -1585,10 +1724,34 @@ fn fold_summary(
 
 #[cfg(test)]
 mod tests {
-    use super::{Ranges, Runs};
+    use super::{Ranges, Runs, subtract, subtract_all};
     use proptest::prelude::*;
 
     proptest! {
+        /// Cutting many row ranges out at once leaves what cutting them one
+        /// at a time leaves.
+        #[test]
+        fn subtracting_all_cuts_at_once_equals_one_at_a_time(
+            bounds in prop::collection::btree_set(0..300usize, 0..20),
+            cut_bounds in prop::collection::btree_set(0..300usize, 0..20),
+        ) {
+            let bounds: Vec<usize> = bounds.into_iter().collect();
+            // Disjoint sorted ranges, series numbered in order, some gaps.
+            let ranges: Ranges = bounds
+                .chunks_exact(2)
+                .enumerate()
+                .map(|(s, w)| (w[0], w[1], s))
+                .collect();
+            let cut_bounds: Vec<usize> = cut_bounds.into_iter().collect();
+            let cuts: Vec<(usize, usize)> =
+                cut_bounds.chunks_exact(2).map(|w| (w[0], w[1])).collect();
+            let mut one = ranges.clone();
+            for &(x, y) in &cuts {
+                one = subtract(&one, x, y);
+            }
+            prop_assert_eq!(subtract_all(&ranges, &cuts), one);
+        }
+
         /// Marking a segment's rows at once gives the runs that marking
         /// them one by one gives, wherever the segments split the rows.
         #[test]
