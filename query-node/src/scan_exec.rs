@@ -143,6 +143,53 @@ impl SealionScanExec {
         }
     }
 
+    /// Declares that the scan's one output partition comes in `time`
+    /// order (newest first when `desc`) where that holds: an ordered
+    /// schedule whose every step asks one node, and steps whose time
+    /// ranges follow one another without overlap in the order they run.
+    /// A node sends its first rows of a time-ordered request in that
+    /// order, so the steps' answers one after another are ordered too, and
+    /// DataFusion then needs no sort above the scan (its `EnforceSorting`
+    /// puts a limit where the sort was). A step that asks several nodes
+    /// interleaves their answers: the order is not declared and the sort
+    /// stays.
+    pub fn with_time_order(mut self, time: &str, desc: bool) -> Self {
+        if !matches!(self.schedule, Schedule::Ordered { .. }) {
+            return self;
+        }
+        let one_node_a_step = self.steps.of_nodes.windows(2).all(|w| w[0] != w[1]);
+        let disjoint = self.steps.ranges.windows(2).all(|w| {
+            if desc {
+                w[1].1 <= w[0].0
+            } else {
+                w[0].1 <= w[1].0
+            }
+        });
+        let Ok(column) = datafusion::physical_expr::expressions::col(time, &self.schema) else {
+            return self;
+        };
+        if !(one_node_a_step && disjoint) {
+            return self;
+        }
+        // DataFusion's defaults: ASC NULLS LAST, DESC NULLS FIRST (time is
+        // never null, so either would hold).
+        let options = arrow::compute::SortOptions {
+            descending: desc,
+            nulls_first: desc,
+        };
+        let ordering = [datafusion::physical_expr::PhysicalSortExpr::new(
+            column, options,
+        )];
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new_with_orderings(self.schema.clone(), [ordering]),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        self.properties = Arc::new(properties);
+        self
+    }
+
     /// The time range `[start, end)` of each step's partitions, in the
     /// order the steps are meant to run; empty unless the scan was planned
     /// in steps.

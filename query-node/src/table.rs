@@ -428,7 +428,7 @@ impl SealionTable {
         if !ordered {
             ranges.clear();
         }
-        Ok(SealionScanExec::with_schedule(
+        let scan = SealionScanExec::with_schedule(
             shape.schema,
             nodes,
             Steps {
@@ -438,7 +438,12 @@ impl SealionTable {
             schedule,
             plan,
             self.storage.clone(),
-        ))
+        );
+        Ok(match shape.order {
+            ScanOrder::OrderTimeDesc => scan.with_time_order(&time, true),
+            ScanOrder::OrderTimeAsc => scan.with_time_order(&time, false),
+            ScanOrder::OrderSeries => scan,
+        })
     }
 }
 

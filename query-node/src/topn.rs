@@ -11,7 +11,11 @@
 //! leaf [`SealionRows`] that asks each node for its first `n` rows in that
 //! order, reading partitions newest (or oldest) first and stopping once `n`
 //! rows are in: a query with no time range reads one partition, not all of
-//! them. The `Sort` stays above and merges the nodes' answers.
+//! them. The `Sort` stays above and merges the nodes' answers, unless every
+//! step asks one node (one process, or partitions of a time range on one
+//! node): the scan then declares its time order
+//! (`SealionScanExec::with_time_order`) and DataFusion puts a limit where
+//! the sort was.
 
 use std::sync::Arc;
 

@@ -433,6 +433,38 @@ async fn a_sharded_table_spreads_each_day_over_shards_and_answers_the_same() {
         top.iter().all(|r| r[0] == newest[0][0]),
         "{top:?} vs {newest:?}"
     );
+    // Pushed to the nodes as a time-ordered scan. Where a day's shards
+    // have their primaries on several nodes, the nodes' answers interleave
+    // and the sort above the scan stays to merge them; only where every
+    // day is on one node does the scan declare its order instead.
+    let spread = http
+        .rows(
+            "public",
+            "SELECT start, count(DISTINCT node_id) FROM system.partitions \
+             WHERE table_name = 'cpu' AND role = 'primary' GROUP BY start",
+        )
+        .await;
+    let day_on_several_nodes = spread.iter().any(|r| r[1].as_u64().unwrap() > 1);
+    let q = "SELECT time, host FROM cpu ORDER BY time DESC LIMIT 4";
+    let top = http.rows("public", q).await;
+    assert_eq!(top.len(), 4);
+    assert!(
+        top.iter().all(|r| r[0] == newest[0][0]),
+        "{top:?} vs {newest:?}"
+    );
+    let plan: Vec<String> = http
+        .rows("public", &format!("EXPLAIN {q}"))
+        .await
+        .iter()
+        .map(|r| format!("{} {}", r[0], r[1]))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("SealionRows"), "{plan}");
+    assert_eq!(
+        plan.contains("SortExec"),
+        day_on_several_nodes,
+        "{spread:?}\n{plan}"
+    );
     let last = http
         .rows(
             "public",
