@@ -165,12 +165,12 @@ impl SealionScanExec {
                 w[0].1 <= w[1].0
             }
         });
-        let Ok(column) = datafusion::physical_expr::expressions::col(time, &self.schema) else {
-            return self;
-        };
         if !(one_node_a_step && disjoint) {
             return self;
         }
+        let Ok(column) = datafusion::physical_expr::expressions::col(time, &self.schema) else {
+            return self;
+        };
         // DataFusion's defaults: ASC NULLS LAST, DESC NULLS FIRST (time is
         // never null, so either would hold).
         let options = arrow::compute::SortOptions {

@@ -407,14 +407,18 @@ impl SealedFile {
             let Source::Chunk(c) = self.source_of(&filter.columns[*col])? else {
                 continue;
             };
-            for info in &group.chunks[c] {
-                if page_excludes(info, *op, lit) {
-                    let (x, y) = (
+            let cut: Vec<(usize, usize)> = group.chunks[c]
+                .iter()
+                .filter(|info| page_excludes(info, *op, lit))
+                .map(|info| {
+                    (
                         info.first_row as usize,
                         (info.first_row + info.rows) as usize,
-                    );
-                    ranges = subtract(&ranges, x, y);
-                }
+                    )
+                })
+                .collect();
+            if !cut.is_empty() {
+                ranges = subtract_all(&ranges, &cut);
             }
         }
         if ranges.is_empty() {
@@ -1630,6 +1634,7 @@ fn page_excludes(info: &PageInfo, op: CompareOp, lit: &Value) -> bool {
 }
 
 /// `ranges` without the rows `[x, y)`.
+#[cfg(test)] // the plain model `subtract_all` is tested against
 fn subtract(ranges: &Ranges, x: usize, y: usize) -> Ranges {
     let mut out = Vec::with_capacity(ranges.len() + 1);
     for &(a, b, s) in ranges {
