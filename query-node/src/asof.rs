@@ -654,6 +654,19 @@ impl Matcher {
         // This batch's best rows per position: the latest time, and every
         // row at that time (ties are settled on the other columns below).
         let mut touched: std::collections::HashMap<usize, (i64, Vec<u32>)> = Default::default();
+        // Rows of one series come in time order, so runs of rows share a
+        // position: a run's best rows are gathered here and go to `touched`
+        // once, when the position changes.
+        let mut pending: Option<(usize, i64, Vec<u32>)> = None;
+        let settle = |touched: &mut std::collections::HashMap<usize, (i64, Vec<u32>)>,
+                      (p, t, rows): (usize, i64, Vec<u32>)| {
+            let e = touched.entry(p).or_insert((i64::MIN, Vec::new()));
+            if t > e.0 {
+                *e = (t, rows);
+            } else if t == e.0 {
+                e.1.extend(rows);
+            }
+        };
         let mut last: Option<(usize, Option<(usize, usize)>)> = None;
         for r in 0..batch.num_rows() {
             if cols.iter().any(|c| c.is_null(r)) {
@@ -669,19 +682,43 @@ impl Matcher {
             let Some((a, b)) = range else {
                 continue;
             };
-            let p = a + self.times[a..b].partition_point(|&t| t < rt[r]);
+            // The first position at or after the row's time; the run's
+            // position again when the row still falls in its window.
+            let p = match &pending {
+                Some((q, ..))
+                    if (a..b).contains(q)
+                        && rt[r] <= self.times[*q]
+                        && (*q == a || self.times[*q - 1] < rt[r]) =>
+                {
+                    *q
+                }
+                _ => a + self.times[a..b].partition_point(|&t| t < rt[r]),
+            };
             if p == b {
                 continue;
             }
             if self.best[p].as_ref().is_some_and(|(t, _)| *t > rt[r]) {
                 continue;
             }
-            let e = touched.entry(p).or_insert((i64::MIN, Vec::new()));
-            if rt[r] > e.0 {
-                *e = (rt[r], vec![r as u32]);
-            } else if rt[r] == e.0 {
-                e.1.push(r as u32);
+            match &mut pending {
+                Some((q, t, rows)) if *q == p => {
+                    if rt[r] > *t {
+                        *t = rt[r];
+                        rows.clear();
+                        rows.push(r as u32);
+                    } else if rt[r] == *t {
+                        rows.push(r as u32);
+                    }
+                }
+                _ => {
+                    if let Some(done) = pending.replace((p, rt[r], vec![r as u32])) {
+                        settle(&mut touched, done);
+                    }
+                }
             }
+        }
+        if let Some(done) = pending.take() {
+            settle(&mut touched, done);
         }
         if touched.is_empty() {
             return Ok(0);
@@ -767,4 +804,125 @@ fn has_null_key(batch: &RecordBatch, keys: &[String], i: usize) -> DfResult<bool
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, Int64Array, StringArray, TimestampNanosecondArray};
+    use proptest::prelude::*;
+
+    fn right_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new(
+                "time",
+                DataType::Timestamp(TimeUnit::Nanosecond, None),
+                false,
+            ),
+            Field::new("v", DataType::Int64, true),
+        ]))
+    }
+
+    fn batch(schema: &SchemaRef, rows: &[(Option<u8>, i64, i64)]) -> RecordBatch {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter(
+                    rows.iter().map(|r| r.0.map(|k| format!("k{k}"))),
+                )),
+                Arc::new(TimestampNanosecondArray::from_iter_values(
+                    rows.iter().map(|r| r.1),
+                )),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Right rows: a few keys (one NULL now and then), times on a coarse
+    /// grid so rows of one key tie on time, runs of one key in time order
+    /// as a series scan gives them, and sometimes shuffled.
+    fn right_rows() -> impl Strategy<Value = Vec<Vec<(Option<u8>, i64, i64)>>> {
+        let row = (prop::option::weighted(0.95, 0..4u8), 0..30i64, 0..5i64);
+        let one =
+            (prop::collection::vec(row, 0..60), any::<bool>()).prop_map(|(mut rows, sort)| {
+                if sort {
+                    rows.sort_by_key(|r| (r.0, r.1));
+                }
+                rows
+            });
+        prop::collection::vec(one, 0..4)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Each left row's match is what a plain search of every right row
+        /// gives: of the rows with its key at or before its time, the
+        /// latest, ties broken by the other columns (here `v`), the
+        /// largest; none for a NULL key.
+        #[test]
+        fn matches_are_the_latest_row_at_or_before_each_left_row(
+            left in prop::collection::vec((prop::option::weighted(0.95, 0..5u8), 0..32i64), 0..40),
+            right in right_rows(),
+        ) {
+            let rs = right_schema();
+            let left_schema = Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Utf8, true),
+                Field::new("time", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
+            ]));
+            let lb = RecordBatch::try_new(
+                left_schema,
+                vec![
+                    Arc::new(StringArray::from_iter(
+                        left.iter().map(|r| r.0.map(|k| format!("k{k}"))),
+                    )),
+                    Arc::new(TimestampNanosecondArray::from_iter_values(
+                        left.iter().map(|r| r.1),
+                    )),
+                ],
+            )
+            .unwrap();
+            let keys = vec!["k".to_string()];
+            let mut m = Matcher::new(&lb, 1, &rs, "time", &keys).unwrap();
+            for rows in &right {
+                m.add(&batch(&rs, rows)).unwrap();
+            }
+            let out_schema = Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Utf8, true),
+                Field::new("time", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
+                Field::new("r_time", DataType::Timestamp(TimeUnit::Nanosecond, None), true),
+                Field::new("r_v", DataType::Int64, true),
+            ]));
+            let out = m.finish(&lb, &out_schema).unwrap();
+            let ks = out.column(0).as_string::<i32>();
+            let ts = out.column(1).as_primitive::<TimestampNanosecondType>();
+            let rt = out.column(2).as_primitive::<TimestampNanosecondType>();
+            let rv = out.column(3).as_primitive::<arrow::datatypes::Int64Type>();
+            let mut got: Vec<(Option<String>, i64, Option<(i64, i64)>)> = (0..out.num_rows())
+                .map(|i| {
+                    let k = (!ks.is_null(i)).then(|| ks.value(i).to_string());
+                    let m = (!rt.is_null(i)).then(|| (rt.value(i), rv.value(i)));
+                    (k, ts.value(i), m)
+                })
+                .collect();
+            let mut want: Vec<(Option<String>, i64, Option<(i64, i64)>)> = left
+                .iter()
+                .map(|&(k, t)| {
+                    let best = right
+                        .iter()
+                        .flatten()
+                        .filter(|r| k.is_some() && r.0 == k && r.1 <= t)
+                        .map(|r| (r.1, r.2))
+                        .max();
+                    (k.map(|k| format!("k{k}")), t, best)
+                })
+                .collect();
+            got.sort();
+            want.sort();
+            prop_assert_eq!(got, want);
+        }
+    }
 }

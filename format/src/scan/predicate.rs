@@ -431,67 +431,177 @@ pub mod columnwise {
         bits ^ ((((bits >> 63) as u64) >> 1) as i64)
     }
 
+    /// Sets `keep[i]` to `f(left[i], right[i])` for `i` in `0..keep.len()`
+    /// (every slice at least that long): one pass, no scratch.
+    #[inline(always)]
+    fn fill_pairs<T: Copy>(keep: &mut [bool], left: &[T], right: &[T], f: impl Fn(T, T) -> bool) {
+        let n = keep.len();
+        let rows = keep.iter_mut().zip(left[..n].iter().zip(&right[..n]));
+        rows.for_each(|(k, (x, y))| *k = f(*x, *y));
+    }
+
+    /// Sets `keep[i]` to `f(values[i])`.
+    #[inline(always)]
+    fn fill_each<T: Copy>(keep: &mut [bool], values: &[T], f: impl Fn(T) -> bool) {
+        let n = keep.len();
+        keep.iter_mut()
+            .zip(&values[..n])
+            .for_each(|(k, x)| *k = f(*x));
+    }
+
     /// Sets `keep[i]` to whether `left[i] <op> right[i]` holds, for `i` in
     /// `0..keep.len()` (every slice at least that long).
     pub fn compare_i64(op: CompareOp, left: &[i64], right: &[i64], keep: &mut [bool]) {
-        let n = keep.len();
-        let (left, right) = (&left[..n], &right[..n]);
-        let rows = keep.iter_mut().zip(left.iter().zip(right));
         match op {
-            CompareOp::CmpEq => rows.for_each(|(k, (x, y))| *k = x == y),
-            CompareOp::CmpNe => rows.for_each(|(k, (x, y))| *k = x != y),
-            CompareOp::CmpLt => rows.for_each(|(k, (x, y))| *k = x < y),
-            CompareOp::CmpLe => rows.for_each(|(k, (x, y))| *k = x <= y),
-            CompareOp::CmpGt => rows.for_each(|(k, (x, y))| *k = x > y),
-            CompareOp::CmpGe => rows.for_each(|(k, (x, y))| *k = x >= y),
+            CompareOp::CmpEq => fill_pairs(keep, left, right, |x, y| x == y),
+            CompareOp::CmpNe => fill_pairs(keep, left, right, |x, y| x != y),
+            CompareOp::CmpLt => fill_pairs(keep, left, right, |x, y| x < y),
+            CompareOp::CmpLe => fill_pairs(keep, left, right, |x, y| x <= y),
+            CompareOp::CmpGt => fill_pairs(keep, left, right, |x, y| x > y),
+            CompareOp::CmpGe => fill_pairs(keep, left, right, |x, y| x >= y),
             CompareOp::Unspecified => keep.fill(false),
         }
     }
 
     /// Sets `keep[i]` to whether `values[i] <op> lit` holds.
     pub fn compare_i64_lit(op: CompareOp, values: &[i64], lit: i64, keep: &mut [bool]) {
-        let n = keep.len();
-        let rows = keep.iter_mut().zip(&values[..n]);
         match op {
-            CompareOp::CmpEq => rows.for_each(|(k, x)| *k = *x == lit),
-            CompareOp::CmpNe => rows.for_each(|(k, x)| *k = *x != lit),
-            CompareOp::CmpLt => rows.for_each(|(k, x)| *k = *x < lit),
-            CompareOp::CmpLe => rows.for_each(|(k, x)| *k = *x <= lit),
-            CompareOp::CmpGt => rows.for_each(|(k, x)| *k = *x > lit),
-            CompareOp::CmpGe => rows.for_each(|(k, x)| *k = *x >= lit),
+            CompareOp::CmpEq => fill_each(keep, values, |x| x == lit),
+            CompareOp::CmpNe => fill_each(keep, values, |x| x != lit),
+            CompareOp::CmpLt => fill_each(keep, values, |x| x < lit),
+            CompareOp::CmpLe => fill_each(keep, values, |x| x <= lit),
+            CompareOp::CmpGt => fill_each(keep, values, |x| x > lit),
+            CompareOp::CmpGe => fill_each(keep, values, |x| x >= lit),
             CompareOp::Unspecified => keep.fill(false),
         }
     }
 
-    /// [`compare_i64_lit`] for floats in total order: the values are mapped
-    /// to their [`total_key`]s in `keys` (scratch) first.
-    pub fn compare_f64_lit(
-        op: CompareOp,
-        values: &[f64],
-        lit: f64,
-        keys: &mut Vec<i64>,
-        keep: &mut [bool],
-    ) {
-        keys.clear();
-        keys.extend(values[..keep.len()].iter().map(|&x| total_key(x)));
-        compare_i64_lit(op, keys, total_key(lit), keep);
+    /// [`compare_i64_lit`] for floats in total order: each value's
+    /// [`total_key`] is compared with the literal's as it is read.
+    pub fn compare_f64_lit(op: CompareOp, values: &[f64], lit: f64, keep: &mut [bool]) {
+        let l = total_key(lit);
+        let k = total_key;
+        match op {
+            CompareOp::CmpEq => fill_each(keep, values, |x| k(x) == l),
+            CompareOp::CmpNe => fill_each(keep, values, |x| k(x) != l),
+            CompareOp::CmpLt => fill_each(keep, values, |x| k(x) < l),
+            CompareOp::CmpLe => fill_each(keep, values, |x| k(x) <= l),
+            CompareOp::CmpGt => fill_each(keep, values, |x| k(x) > l),
+            CompareOp::CmpGe => fill_each(keep, values, |x| k(x) >= l),
+            CompareOp::Unspecified => keep.fill(false),
+        }
     }
 
-    /// [`compare_i64`] for floats in total order: both sides are mapped to
-    /// their [`total_key`]s in `keys` (scratch) first.
-    pub fn compare_f64(
+    /// [`compare_i64`] for floats in total order: both sides' [`total_key`]s
+    /// are compared as they are read.
+    pub fn compare_f64(op: CompareOp, left: &[f64], right: &[f64], keep: &mut [bool]) {
+        let k = total_key;
+        match op {
+            CompareOp::CmpEq => fill_pairs(keep, left, right, |x, y| k(x) == k(y)),
+            CompareOp::CmpNe => fill_pairs(keep, left, right, |x, y| k(x) != k(y)),
+            CompareOp::CmpLt => fill_pairs(keep, left, right, |x, y| k(x) < k(y)),
+            CompareOp::CmpLe => fill_pairs(keep, left, right, |x, y| k(x) <= k(y)),
+            CompareOp::CmpGt => fill_pairs(keep, left, right, |x, y| k(x) > k(y)),
+            CompareOp::CmpGe => fill_pairs(keep, left, right, |x, y| k(x) >= k(y)),
+            CompareOp::Unspecified => keep.fill(false),
+        }
+    }
+
+    /// The comparison with its sides swapped: `a <op> b` is
+    /// `b <swapped(op)> a`.
+    pub fn swapped(op: CompareOp) -> CompareOp {
+        match op {
+            CompareOp::CmpLt => CompareOp::CmpGt,
+            CompareOp::CmpLe => CompareOp::CmpGe,
+            CompareOp::CmpGt => CompareOp::CmpLt,
+            CompareOp::CmpGe => CompareOp::CmpLe,
+            other => other,
+        }
+    }
+
+    /// Scratch buffers of [`compare_values_f64`] and
+    /// [`compare_values_i64`], kept from one call to the next.
+    #[derive(Default)]
+    pub struct Scratch<T> {
+        left: Vec<T>,
+        right: Vec<T>,
+        spare: Vec<Vec<T>>,
+    }
+
+    /// Sets `keep[i]` to whether `left <op> right` holds in row `i`, for
+    /// the `keep.len()` rows `cols` holds (as [`eval_f64`] reads them). A
+    /// column against a column or a literal is compared straight from the
+    /// column's slice; any other shape is evaluated into scratch first.
+    /// False when [`eval_f64`] would refuse.
+    pub fn compare_values_f64(
+        left: &Num,
         op: CompareOp,
-        left: &[f64],
-        right: &[f64],
-        keys: &mut (Vec<i64>, Vec<i64>),
+        right: &Num,
+        cols: &[Option<&[f64]>],
         keep: &mut [bool],
-    ) {
+        sc: &mut Scratch<f64>,
+    ) -> bool {
         let n = keep.len();
-        keys.0.clear();
-        keys.0.extend(left[..n].iter().map(|&x| total_key(x)));
-        keys.1.clear();
-        keys.1.extend(right[..n].iter().map(|&x| total_key(x)));
-        compare_i64(op, &keys.0, &keys.1, keep);
+        let col = |c: &usize| cols.get(*c).copied().flatten().and_then(|v| v.get(..n));
+        match (left, right) {
+            (Num::Col(a), Num::Col(b)) => match (col(a), col(b)) {
+                (Some(a), Some(b)) => compare_f64(op, a, b, keep),
+                _ => return false,
+            },
+            (Num::Col(a), Num::F64(x)) => match col(a) {
+                Some(a) => compare_f64_lit(op, a, *x, keep),
+                None => return false,
+            },
+            (Num::F64(x), Num::Col(b)) => match col(b) {
+                Some(b) => compare_f64_lit(swapped(op), b, *x, keep),
+                None => return false,
+            },
+            _ => {
+                if !(eval_f64(left, cols, n, &mut sc.left, &mut sc.spare)
+                    && eval_f64(right, cols, n, &mut sc.right, &mut sc.spare))
+                {
+                    return false;
+                }
+                compare_f64(op, &sc.left, &sc.right, keep);
+            }
+        }
+        true
+    }
+
+    /// [`compare_values_f64`] over `i64` leaves.
+    pub fn compare_values_i64(
+        left: &Num,
+        op: CompareOp,
+        right: &Num,
+        cols: &[Option<&[i64]>],
+        keep: &mut [bool],
+        sc: &mut Scratch<i64>,
+    ) -> bool {
+        let n = keep.len();
+        let col = |c: &usize| cols.get(*c).copied().flatten().and_then(|v| v.get(..n));
+        match (left, right) {
+            (Num::Col(a), Num::Col(b)) => match (col(a), col(b)) {
+                (Some(a), Some(b)) => compare_i64(op, a, b, keep),
+                _ => return false,
+            },
+            (Num::Col(a), Num::I64(x)) => match col(a) {
+                Some(a) => compare_i64_lit(op, a, *x, keep),
+                None => return false,
+            },
+            (Num::I64(x), Num::Col(b)) => match col(b) {
+                Some(b) => compare_i64_lit(swapped(op), b, *x, keep),
+                None => return false,
+            },
+            _ => {
+                if !(eval_i64(left, cols, n, &mut sc.left, &mut sc.spare)
+                    && eval_i64(right, cols, n, &mut sc.right, &mut sc.spare))
+                {
+                    return false;
+                }
+                compare_i64(op, &sc.left, &sc.right, keep);
+            }
+        }
+        true
     }
 
     /// Clears `keep[i]` where `nulls[i]` is set (true = null).
@@ -946,15 +1056,11 @@ mod tests {
             .map(|c| rows.iter().map(|r| r[c].unwrap_or_default()).collect())
             .collect();
         let views: Vec<Option<&[f64]>> = cols.iter().map(|c| Some(c.as_slice())).collect();
-        let n = rows.len();
-        let (mut l, mut r, mut spare) = (Vec::new(), Vec::new(), Vec::new());
-        if !(columnwise::eval_f64(left, &views, n, &mut l, &mut spare)
-            && columnwise::eval_f64(right, &views, n, &mut r, &mut spare))
-        {
+        let mut keep = vec![false; rows.len()];
+        let mut sc = columnwise::Scratch::default();
+        if !columnwise::compare_values_f64(left, op, right, &views, &mut keep, &mut sc) {
             return None;
         }
-        let mut keep = vec![false; n];
-        columnwise::compare_f64(op, &l, &r, &mut Default::default(), &mut keep);
         let mut read = Vec::new();
         left.columns(&mut read);
         right.columns(&mut read);
@@ -975,15 +1081,11 @@ mod tests {
             .map(|c| rows.iter().map(|r| r[c].unwrap_or_default()).collect())
             .collect();
         let views: Vec<Option<&[i64]>> = cols.iter().map(|c| Some(c.as_slice())).collect();
-        let n = rows.len();
-        let (mut l, mut r, mut spare) = (Vec::new(), Vec::new(), Vec::new());
-        if !(columnwise::eval_i64(left, &views, n, &mut l, &mut spare)
-            && columnwise::eval_i64(right, &views, n, &mut r, &mut spare))
-        {
+        let mut keep = vec![false; rows.len()];
+        let mut sc = columnwise::Scratch::default();
+        if !columnwise::compare_values_i64(left, op, right, &views, &mut keep, &mut sc) {
             return None;
         }
-        let mut keep = vec![false; n];
-        columnwise::compare_i64(op, &l, &r, &mut keep);
         let mut read = Vec::new();
         left.columns(&mut read);
         right.columns(&mut read);
@@ -1038,7 +1140,7 @@ mod tests {
             lit_i in special_i64(),
         ) {
             let mut keep = vec![false; floats.len()];
-            columnwise::compare_f64_lit(op, &floats, lit_f, &mut Vec::new(), &mut keep);
+            columnwise::compare_f64_lit(op, &floats, lit_f, &mut keep);
             let want: Vec<bool> = floats
                 .iter()
                 .map(|x| holds(op, x.total_cmp(&lit_f)))

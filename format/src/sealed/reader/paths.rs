@@ -657,13 +657,7 @@ impl SealedFile {
                             match (&page.values, lit) {
                                 (ColumnValues::Float64(v), Value::F64(l)) => {
                                     let v = v.get(i..i + n).ok_or_else(short)?;
-                                    columnwise::compare_f64_lit(
-                                        op,
-                                        v,
-                                        *l,
-                                        &mut sc.keys.0,
-                                        &mut sc.keep,
-                                    );
+                                    columnwise::compare_f64_lit(op, v, *l, &mut sc.keep);
                                 }
                                 (ColumnValues::Int64(v), Value::I64(l)) => {
                                     let v = v.get(i..i + n).ok_or_else(short)?;
@@ -735,26 +729,14 @@ impl SealedFile {
                                             None => None,
                                         })
                                         .collect();
-                                    let (l, r) = &mut sc.f;
-                                    let ok =
-                                        columnwise::eval_f64(left, &cols, n, l, &mut sc.spare_f)
-                                            && columnwise::eval_f64(
-                                                right,
-                                                &cols,
-                                                n,
-                                                r,
-                                                &mut sc.spare_f,
-                                            );
-                                    if ok {
-                                        columnwise::compare_f64(
-                                            op,
-                                            l,
-                                            r,
-                                            &mut sc.keys,
-                                            &mut sc.keep,
-                                        );
-                                    }
-                                    ok
+                                    columnwise::compare_values_f64(
+                                        left,
+                                        op,
+                                        right,
+                                        &cols,
+                                        &mut sc.keep,
+                                        &mut sc.f,
+                                    )
                                 }
                                 NumType::I64 => {
                                     let cols: Vec<Option<&[i64]>> = held
@@ -767,20 +749,14 @@ impl SealedFile {
                                             None => None,
                                         })
                                         .collect();
-                                    let (l, r) = &mut sc.i;
-                                    let ok =
-                                        columnwise::eval_i64(left, &cols, n, l, &mut sc.spare_i)
-                                            && columnwise::eval_i64(
-                                                right,
-                                                &cols,
-                                                n,
-                                                r,
-                                                &mut sc.spare_i,
-                                            );
-                                    if ok {
-                                        columnwise::compare_i64(op, l, r, &mut sc.keep);
-                                    }
-                                    ok
+                                    columnwise::compare_values_i64(
+                                        left,
+                                        op,
+                                        right,
+                                        &cols,
+                                        &mut sc.keep,
+                                        &mut sc.i,
+                                    )
                                 }
                             };
                             if !evaluated {
@@ -1504,11 +1480,8 @@ impl SealedFile {
 #[derive(Default)]
 struct Scratch {
     keep: Vec<bool>,
-    keys: (Vec<i64>, Vec<i64>),
-    f: (Vec<f64>, Vec<f64>),
-    spare_f: Vec<Vec<f64>>,
-    i: (Vec<i64>, Vec<i64>),
-    spare_i: Vec<Vec<i64>>,
+    f: columnwise::Scratch<f64>,
+    i: columnwise::Scratch<i64>,
 }
 
 /// One comparison of [`SealedFile::refine_by_comparisons`]'s plan.
