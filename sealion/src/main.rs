@@ -193,6 +193,8 @@ struct StorageTaskArgs {
     reseal_fraction: f64,
     /// Threads one scan may use to read a sealed partition, its row groups shared out among
     /// them (rows without a LIMIT, aggregates); 0 takes the machine's cores, 1 reads on one.
+    /// Concurrent scans share the threads beyond their own: N at once use at most N plus
+    /// this less one.
     #[arg(long, env = "SEALION_SCAN_THREADS", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=sealion_storage::engine::MAX_SCAN_THREADS as u64))]
     scan_threads: u64,

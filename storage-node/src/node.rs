@@ -45,7 +45,8 @@ pub struct StorageConfig {
     pub reseal_fraction: f64,
     /// Threads one scan may use to read a sealed partition (its row groups
     /// shared out among them); 0 takes the machine's cores. At most
-    /// `engine::MAX_SCAN_THREADS`.
+    /// `engine::MAX_SCAN_THREADS`. The threads beyond each scan's own are
+    /// one budget for all the node's scans at once.
     pub scan_threads: usize,
 }
 
@@ -123,6 +124,7 @@ impl StorageServer {
             peers: Default::default(),
             locks: Default::default(),
             scan_threads: scan_threads(cfg.scan_threads),
+            scan_budget: crate::engine::ScanThreadBudget::new(scan_threads(cfg.scan_threads) - 1),
         });
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
         let storage = GrpcStorageServer::new(StorageService { ctx: ctx.clone() })

@@ -62,6 +62,9 @@ pub struct NodeContext {
     pub locks: crate::replication::PartitionLocks,
     /// Threads one scan may use (`Engine::scan_until`).
     pub scan_threads: usize,
+    /// The extra threads all scans share: `scan_threads - 1`, so one scan
+    /// alone gets `scan_threads`, and concurrent ones split them.
+    pub scan_budget: Arc<crate::engine::ScanThreadBudget>,
 }
 
 impl NodeContext {
@@ -596,8 +599,12 @@ fn start_scan(ctx: &NodeContext, scan: ScanRequest) -> Result<StartedScan, Statu
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, Status>>(SCAN_CHANNEL_BATCHES);
     let (metrics_tx, metrics_rx) = tokio::sync::oneshot::channel::<ScanMetrics>();
     let engine = ctx.engine.clone();
-    let threads = ctx.scan_threads;
+    let budget = ctx.scan_budget.clone();
+    let want = ctx.scan_threads.saturating_sub(1);
     tokio::task::spawn_blocking(move || {
+        // Taken when the scan starts, given back when it ends.
+        let permit = budget.take(want);
+        let threads = permit.threads();
         let mut bytes = 0u64;
         let mut gave_up = false;
         let handle = tokio::runtime::Handle::current();
