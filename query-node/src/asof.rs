@@ -649,7 +649,16 @@ impl Matcher {
                 &DataType::Utf8,
             )?);
         }
-        let rkeys = self.converter.convert_columns(&cols)?;
+        // One key column (the usual case) is compared as text and encoded
+        // for the lookup only where it changes; several are encoded whole.
+        let single = match cols.as_slice() {
+            [c] => Some(c.as_string::<i32>()),
+            _ => None,
+        };
+        let rkeys = match single {
+            Some(_) => None,
+            None => Some(self.converter.convert_columns(&cols)?),
+        };
         let rt = times_of(batch.column(batch.schema().index_of(&self.right_time)?))?;
         // This batch's best rows per position: the latest time, and every
         // row at that time (ties are settled on the other columns below).
@@ -674,9 +683,20 @@ impl Matcher {
             }
             // Rows come series by series: the previous row's key usually
             // is this one's.
+            let same = |prev: usize| match (single, &rkeys) {
+                (Some(k), _) => k.value(prev) == k.value(r),
+                (None, Some(rows)) => rows.row(prev) == rows.row(r),
+                (None, None) => false,
+            };
             let range = match last {
-                Some((prev, range)) if rkeys.row(prev) == rkeys.row(r) => range,
-                _ => self.ranges.get(rkeys.row(r).as_ref()).copied(),
+                Some((prev, range)) if same(prev) => range,
+                _ => match &rkeys {
+                    Some(rows) => self.ranges.get(rows.row(r).as_ref()).copied(),
+                    None => {
+                        let one = self.converter.convert_columns(&[cols[0].slice(r, 1)])?;
+                        self.ranges.get(one.row(0).as_ref()).copied()
+                    }
+                },
             };
             last = Some((r, range));
             let Some((a, b)) = range else {
