@@ -833,32 +833,61 @@ mod tests {
     use arrow::array::{Array, Int64Array, StringArray, TimestampNanosecondArray};
     use proptest::prelude::*;
 
-    fn right_schema() -> SchemaRef {
-        Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Utf8, true),
-            Field::new(
-                "time",
-                DataType::Timestamp(TimeUnit::Nanosecond, None),
-                false,
-            ),
-            Field::new("v", DataType::Int64, true),
-        ]))
+    fn ts_field(name: &str, nullable: bool) -> Field {
+        Field::new(
+            name,
+            DataType::Timestamp(TimeUnit::Nanosecond, None),
+            nullable,
+        )
     }
 
-    fn batch(schema: &SchemaRef, rows: &[(Option<u8>, i64, i64)]) -> RecordBatch {
-        RecordBatch::try_new(
-            schema.clone(),
+    /// The key columns of `keys` (a NULL key is NULL in every column): one
+    /// column `k`, or with `two` the pair `k` (key / 2) and `j` (key % 2),
+    /// which name the same keys.
+    fn key_columns(keys: &[Option<u8>], two: bool) -> Vec<(Field, ArrayRef)> {
+        let text = |f: fn(u8) -> String| -> ArrayRef {
+            Arc::new(StringArray::from_iter(keys.iter().map(|k| k.map(f))))
+        };
+        if two {
             vec![
-                Arc::new(StringArray::from_iter(
-                    rows.iter().map(|r| r.0.map(|k| format!("k{k}"))),
-                )),
-                Arc::new(TimestampNanosecondArray::from_iter_values(
-                    rows.iter().map(|r| r.1),
-                )),
-                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
-            ],
-        )
-        .unwrap()
+                (
+                    Field::new("k", DataType::Utf8, true),
+                    text(|k| format!("k{}", k / 2)),
+                ),
+                (
+                    Field::new("j", DataType::Utf8, true),
+                    text(|k| format!("j{}", k % 2)),
+                ),
+            ]
+        } else {
+            vec![(
+                Field::new("k", DataType::Utf8, true),
+                text(|k| format!("k{k}")),
+            )]
+        }
+    }
+
+    fn key_names(two: bool) -> Vec<String> {
+        if two {
+            vec!["k".into(), "j".into()]
+        } else {
+            vec!["k".into()]
+        }
+    }
+
+    /// A batch of the key columns, then `time`, then `v` when given.
+    fn batch(keys: &[Option<u8>], times: &[i64], v: Option<&[i64]>, two: bool) -> RecordBatch {
+        let (mut fields, mut cols): (Vec<Field>, Vec<ArrayRef>) =
+            key_columns(keys, two).into_iter().unzip();
+        fields.push(ts_field("time", false));
+        cols.push(Arc::new(TimestampNanosecondArray::from_iter_values(
+            times.iter().copied(),
+        )));
+        if let Some(v) = v {
+            fields.push(Field::new("v", DataType::Int64, true));
+            cols.push(Arc::new(Int64Array::from_iter_values(v.iter().copied())));
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).unwrap()
     }
 
     /// Right rows: a few keys (one NULL now and then), times on a coarse
@@ -882,62 +911,60 @@ mod tests {
         /// Each left row's match is what a plain search of every right row
         /// gives: of the rows with its key at or before its time, the
         /// latest, ties broken by the other columns (here `v`), the
-        /// largest; none for a NULL key.
+        /// largest; none for a NULL key. With one key column and with two.
         #[test]
         fn matches_are_the_latest_row_at_or_before_each_left_row(
             left in prop::collection::vec((prop::option::weighted(0.95, 0..5u8), 0..32i64), 0..40),
             right in right_rows(),
+            two in any::<bool>(),
         ) {
-            let rs = right_schema();
-            let left_schema = Arc::new(Schema::new(vec![
-                Field::new("k", DataType::Utf8, true),
-                Field::new("time", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
-            ]));
-            let lb = RecordBatch::try_new(
-                left_schema,
-                vec![
-                    Arc::new(StringArray::from_iter(
-                        left.iter().map(|r| r.0.map(|k| format!("k{k}"))),
-                    )),
-                    Arc::new(TimestampNanosecondArray::from_iter_values(
-                        left.iter().map(|r| r.1),
-                    )),
-                ],
-            )
-            .unwrap();
-            let keys = vec!["k".to_string()];
-            let mut m = Matcher::new(&lb, 1, &rs, "time", &keys).unwrap();
+            let lkeys: Vec<Option<u8>> = left.iter().map(|r| r.0).collect();
+            let ltimes: Vec<i64> = left.iter().map(|r| r.1).collect();
+            let lb = batch(&lkeys, &ltimes, None, two);
+            let rs = batch(&[], &[], Some(&[]), two).schema();
+            let keys = key_names(two);
+            let lt = keys.len();
+            let mut m = Matcher::new(&lb, lt, &rs, "time", &keys).unwrap();
             for rows in &right {
-                m.add(&batch(&rs, rows)).unwrap();
+                let k: Vec<Option<u8>> = rows.iter().map(|r| r.0).collect();
+                let t: Vec<i64> = rows.iter().map(|r| r.1).collect();
+                let v: Vec<i64> = rows.iter().map(|r| r.2).collect();
+                m.add(&batch(&k, &t, Some(&v), two)).unwrap();
             }
-            let out_schema = Arc::new(Schema::new(vec![
-                Field::new("k", DataType::Utf8, true),
-                Field::new("time", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
-                Field::new("r_time", DataType::Timestamp(TimeUnit::Nanosecond, None), true),
-                Field::new("r_v", DataType::Int64, true),
-            ]));
-            let out = m.finish(&lb, &out_schema).unwrap();
-            let ks = out.column(0).as_string::<i32>();
-            let ts = out.column(1).as_primitive::<TimestampNanosecondType>();
-            let rt = out.column(2).as_primitive::<TimestampNanosecondType>();
-            let rv = out.column(3).as_primitive::<arrow::datatypes::Int64Type>();
-            let mut got: Vec<(Option<String>, i64, Option<(i64, i64)>)> = (0..out.num_rows())
+            let mut fields: Vec<Field> = lb.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(ts_field("r_time", true));
+            fields.push(Field::new("r_v", DataType::Int64, true));
+            let out = m.finish(&lb, &Arc::new(Schema::new(fields))).unwrap();
+            let text = |c: usize, i: usize| {
+                let a = out.column(c).as_string::<i32>();
+                (!a.is_null(i)).then(|| a.value(i).to_string())
+            };
+            let ts = out.column(lt).as_primitive::<TimestampNanosecondType>();
+            let rt = out.column(lt + 1).as_primitive::<TimestampNanosecondType>();
+            let rv = out.column(lt + 2).as_primitive::<arrow::datatypes::Int64Type>();
+            type Answer = (Vec<Option<String>>, i64, Option<(i64, i64)>);
+            let mut got: Vec<Answer> = (0..out.num_rows())
                 .map(|i| {
-                    let k = (!ks.is_null(i)).then(|| ks.value(i).to_string());
+                    let k = (0..lt).map(|c| text(c, i)).collect();
                     let m = (!rt.is_null(i)).then(|| (rt.value(i), rv.value(i)));
                     (k, ts.value(i), m)
                 })
                 .collect();
-            let mut want: Vec<(Option<String>, i64, Option<(i64, i64)>)> = left
+            let mut want: Vec<Answer> = left
                 .iter()
-                .map(|&(k, t)| {
+                .enumerate()
+                .map(|(i, &(k, t))| {
                     let best = right
                         .iter()
                         .flatten()
                         .filter(|r| k.is_some() && r.0 == k && r.1 <= t)
                         .map(|r| (r.1, r.2))
                         .max();
-                    (k.map(|k| format!("k{k}")), t, best)
+                    let names = (0..lt).map(|c| {
+                        let a = lb.column(c).as_string::<i32>();
+                        (!a.is_null(i)).then(|| a.value(i).to_string())
+                    });
+                    (names.collect(), t, best)
                 })
                 .collect();
             got.sort();
