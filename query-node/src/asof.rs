@@ -651,13 +651,13 @@ impl Matcher {
         }
         // One key column (the usual case) is compared as text and encoded
         // for the lookup only where it changes; several are encoded whole.
-        let single = match cols.as_slice() {
-            [c] => Some(c.as_string::<i32>()),
-            _ => None,
-        };
-        let rkeys = match single {
-            Some(_) => None,
-            None => Some(self.converter.convert_columns(&cols)?),
+        enum Keys<'a> {
+            One(&'a arrow::array::StringArray),
+            Rows(arrow::row::Rows),
+        }
+        let rkeys = match cols.as_slice() {
+            [c] => Keys::One(c.as_string::<i32>()),
+            _ => Keys::Rows(self.converter.convert_columns(&cols)?),
         };
         let rt = times_of(batch.column(batch.schema().index_of(&self.right_time)?))?;
         // This batch's best rows per position: the latest time, and every
@@ -683,16 +683,15 @@ impl Matcher {
             }
             // Rows come series by series: the previous row's key usually
             // is this one's.
-            let same = |prev: usize| match (single, &rkeys) {
-                (Some(k), _) => k.value(prev) == k.value(r),
-                (None, Some(rows)) => rows.row(prev) == rows.row(r),
-                (None, None) => false,
+            let same = |prev: usize| match &rkeys {
+                Keys::One(k) => k.value(prev) == k.value(r),
+                Keys::Rows(rows) => rows.row(prev) == rows.row(r),
             };
             let range = match last {
                 Some((prev, range)) if same(prev) => range,
                 _ => match &rkeys {
-                    Some(rows) => self.ranges.get(rows.row(r).as_ref()).copied(),
-                    None => {
+                    Keys::Rows(rows) => self.ranges.get(rows.row(r).as_ref()).copied(),
+                    Keys::One(_) => {
                         let one = self.converter.convert_columns(&[cols[0].slice(r, 1)])?;
                         self.ranges.get(one.row(0).as_ref()).copied()
                     }

@@ -109,6 +109,7 @@ impl StorageServer {
             std::fs::rename(&tmp, &id_path)?;
         }
 
+        let threads = scan_threads(cfg.scan_threads);
         let ctx = Arc::new(NodeContext {
             engine,
             node_id: AtomicU64::new(node_id),
@@ -123,8 +124,8 @@ impl StorageServer {
             filter_gate: Default::default(),
             peers: Default::default(),
             locks: Default::default(),
-            scan_threads: scan_threads(cfg.scan_threads),
-            scan_budget: crate::engine::ScanThreadBudget::new(scan_threads(cfg.scan_threads) - 1),
+            scan_threads: threads,
+            scan_budget: crate::engine::ScanThreadBudget::new(threads - 1),
         });
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
         let storage = GrpcStorageServer::new(StorageService { ctx: ctx.clone() })
