@@ -424,7 +424,10 @@ pub(crate) struct ExactScan<'a> {
 }
 
 /// `Filter?(TableScan(sealion table))` at `plan` with no fetch on the scan,
-/// when every conjunct of the filter is [`exact`].
+/// when every filter of the scan and every conjunct of the filter above it
+/// is [`exact`]. The scan holds the filters DataFusion left to the table
+/// alone (`Exact`, see `SealionTable::supports_filters_pushdown`) and those
+/// it applies again above (`Inexact`, also in the filter).
 pub(crate) fn exact_scan(plan: &LogicalPlan) -> Option<ExactScan<'_>> {
     let (predicate, scan) = match plan {
         LogicalPlan::Filter(f) => match f.input.as_ref() {
@@ -434,7 +437,7 @@ pub(crate) fn exact_scan(plan: &LogicalPlan) -> Option<ExactScan<'_>> {
         LogicalPlan::TableScan(s) => (None, s),
         _ => return None,
     };
-    if scan.fetch.is_some() || (predicate.is_none() && !scan.filters.is_empty()) {
+    if scan.fetch.is_some() {
         return None;
     }
     let provider = source_as_provider(&scan.source).ok()?;
@@ -444,12 +447,13 @@ pub(crate) fn exact_scan(plan: &LogicalPlan) -> Option<ExactScan<'_>> {
         .table
         .clone();
     let time = time_column(&table)?.name.clone();
-    let mut filters = Vec::new();
-    if let Some(p) = predicate {
-        for c in split_conjunction(p) {
-            if !exact(&table, &time, c) {
-                return None;
-            }
+    let mut filters: Vec<Expr> = Vec::new();
+    let above = predicate.map(split_conjunction).unwrap_or_default();
+    for c in scan.filters.iter().flat_map(split_conjunction).chain(above) {
+        if !exact(&table, &time, c) {
+            return None;
+        }
+        if !filters.contains(c) {
             filters.push(c.clone());
         }
     }
@@ -468,13 +472,8 @@ pub(crate) fn exact_scan(plan: &LogicalPlan) -> Option<ExactScan<'_>> {
 
 /// Whether the nodes evaluate conjunct `e` exactly.
 pub(crate) fn exact(table: &Table, time: &str, e: &Expr) -> bool {
-    if let Some(p) = crate::pushdown::tag_predicate(table, e) {
-        return p.values.len() <= crate::pushdown::MAX_PUSHED_IN_VALUES;
-    }
-    if crate::pushdown::field_predicate(table, e).is_some() {
-        return true;
-    }
-    crate::table::exact_time_bound(e, time)
+    crate::table::applied_exactly(table, Some(time), e)
+        || crate::pushdown::field_predicate(table, e).is_some()
 }
 
 const NS_PER_SECOND: i64 = 1_000_000_000;

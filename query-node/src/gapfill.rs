@@ -418,33 +418,42 @@ fn rewrite(p: &Projection, agg: &Aggregate, time: usize) -> DfResult<LogicalPlan
 /// `date_trunc` or OR would invent buckets the filter excludes).
 fn time_bounds(plan: &LogicalPlan) -> Option<(i64, i64, String)> {
     let mut plan = plan;
-    loop {
+    let mut above: Vec<&Expr> = Vec::new();
+    let scan = loop {
         match plan {
             LogicalPlan::Projection(p) => plan = &p.input,
             LogicalPlan::Filter(f) => {
-                let scan = match f.input.as_ref() {
-                    LogicalPlan::TableScan(s) => s,
+                above = split_conjunction(&f.predicate);
+                match f.input.as_ref() {
+                    LogicalPlan::TableScan(s) => break s,
                     _ => return None,
-                };
-                let provider = datafusion::datasource::source_as_provider(&scan.source).ok()?;
-                let table = provider
-                    .as_ref()
-                    .downcast_ref::<crate::table::SealionTable>()?;
-                let time = sealion_common::catalog::time_column(&table.table)?
-                    .name
-                    .clone();
-                let conjuncts: Vec<Expr> = split_conjunction(&f.predicate)
-                    .into_iter()
-                    .filter(|c| crate::table::exact_time_bound(c, &time))
-                    .cloned()
-                    .collect();
-                let r = crate::table::time_range_of(&conjuncts, &time);
-                return (r.start_ns > i64::MIN && r.end_ns < i64::MAX && r.start_ns < r.end_ns)
-                    .then_some((r.start_ns, r.end_ns, time));
+                }
             }
+            LogicalPlan::TableScan(s) => break s,
             _ => return None,
         }
-    }
+    };
+    let provider = datafusion::datasource::source_as_provider(&scan.source).ok()?;
+    let table = provider
+        .as_ref()
+        .downcast_ref::<crate::table::SealionTable>()?;
+    let time = sealion_common::catalog::time_column(&table.table)?
+        .name
+        .clone();
+    // The time bounds sit in the scan's filters (the table applies them
+    // exactly, so no filter above repeats them); the filter above is read
+    // too, for conjuncts DataFusion left there.
+    let conjuncts: Vec<Expr> = scan
+        .filters
+        .iter()
+        .flat_map(split_conjunction)
+        .chain(above)
+        .filter(|c| crate::table::exact_time_bound(c, &time))
+        .cloned()
+        .collect();
+    let r = crate::table::time_range_of(&conjuncts, &time);
+    (r.start_ns > i64::MIN && r.end_ns < i64::MAX && r.start_ns < r.end_ns)
+        .then_some((r.start_ns, r.end_ns, time))
 }
 
 /// Plans [`GapFill`] nodes.

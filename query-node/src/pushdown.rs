@@ -1,12 +1,14 @@
 //! What of a query's filters the storage nodes can apply themselves, and
 //! which partitions the tag filters published to meta rule out.
 //!
-//! Filters are still applied by DataFusion above the scan (the table reports
-//! them `Inexact`), so a filter pushed here can only save work: rows a node
-//! drops are rows DataFusion would have dropped. What is pushed follows the
-//! node's rules exactly (SQL three-valued logic, floats in IEEE total order
-//! as Arrow compares them), and only shapes the node accepts are pushed: a
-//! filter the node would refuse is left to DataFusion alone.
+//! What is pushed follows the node's rules exactly (SQL three-valued logic,
+//! floats in IEEE total order as Arrow compares them), and only shapes the
+//! node accepts are pushed: a filter the node would refuse is left to
+//! DataFusion alone. Tag predicates (and time bounds, which go into the
+//! scan's range) are applied by the nodes to every row they send, so the
+//! table reports them `Exact` and DataFusion does not apply them again;
+//! field comparisons are reported `Inexact` and applied again above the
+//! scan, because a set of them past the nodes' limits is not pushed at all.
 
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::utils::split_conjunction;

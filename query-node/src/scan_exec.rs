@@ -225,15 +225,24 @@ impl DisplayAs for SealionScanExec {
             .sum();
         let mut nodes = nodes;
         nodes.dedup();
+        // What each node sends: the columns asked for, or an aggregate's
+        // state columns.
+        let columns: Vec<&str> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
         write!(
             f,
-            "SealionScanExec: table={} partitions_total={} partitions_pruned_by_time={} partitions_pruned_by_tag_filter={} partitions_scanned={} nodes=[{}] pushed=[{}]",
+            "SealionScanExec: table={} partitions_total={} partitions_pruned_by_time={} partitions_pruned_by_tag_filter={} partitions_scanned={} nodes=[{}] columns=[{}] pushed=[{}]",
             self.plan.table,
             self.plan.partitions_total,
             self.plan.pruned_by_time,
             self.plan.pruned_by_tag_filter,
             partitions,
             nodes.join(","),
+            columns.join(","),
             self.plan.pushed.join("; ")
         )?;
         if let Schedule::Ordered { limit } = self.schedule {

@@ -167,6 +167,17 @@ fn bound_of(e: &Expr, time: &str) -> TimeRange {
 
 /// Whether `e` compares the time column itself with a time literal (`=`,
 /// `<`, `<=`, `>`, `>=`, or BETWEEN): a bound that is exact, not a superset.
+/// Whether every row a node sends for a scan with filter `e` passes `e`:
+/// a tag predicate the nodes are sent (see [`crate::pushdown::push`]) or
+/// a bound on the time column (`time` names it) that the scan's time range
+/// holds exactly.
+pub(crate) fn applied_exactly(table: &Table, time: Option<&str>, e: &Expr) -> bool {
+    if let Some(p) = crate::pushdown::tag_predicate(table, e) {
+        return p.values.len() <= crate::pushdown::MAX_PUSHED_IN_VALUES;
+    }
+    time.is_some_and(|t| exact_time_bound(e, t))
+}
+
 pub(crate) fn exact_time_bound(e: &Expr, time: &str) -> bool {
     match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
@@ -483,13 +494,31 @@ impl TableProvider for SealionTable {
         TableType::Base
     }
 
-    /// Every filter is used only to prune partitions and narrow the time
-    /// range a node scans, so DataFusion still applies each one: `Inexact`.
+    /// Tag predicates the nodes take (`=`, `<>`, `IN`, `NOT IN`, `IS
+    /// [NOT] NULL` with at most [`crate::pushdown::MAX_PUSHED_IN_VALUES`]
+    /// values) and comparisons of the time column with a time literal are
+    /// applied by the nodes to every row they send, so they are `Exact`:
+    /// DataFusion neither applies them again nor reads their columns for
+    /// them. Each is judged alone, so the answer does not depend on which
+    /// other filters come with it. Everything else (field comparisons,
+    /// which the nodes drop as a set when together they pass the nodes'
+    /// limits) is `Inexact`: used to prune and to skip rows, and applied
+    /// again by DataFusion.
     fn supports_filters_pushdown(
         &self,
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+        let time = time_column(&self.table).map(|c| c.name.as_str());
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if applied_exactly(&self.table, time, f) {
+                    TableProviderFilterPushDown::Exact
+                } else {
+                    TableProviderFilterPushDown::Inexact
+                }
+            })
+            .collect())
     }
 
     async fn scan(

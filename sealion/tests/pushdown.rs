@@ -922,6 +922,45 @@ async fn a_query_over_its_memory_limit_fails_alone_and_the_node_goes_on() {
 /// One random aggregate query from a small grammar of what pushdown
 /// handles (and some of what it does not): (Sealion's SQL, DataFusion's
 /// SQL, number of group columns).
+/// One conjunct of the random grammar: time bounds, tag predicates the
+/// nodes apply exactly, field comparisons they apply too (and DataFusion
+/// again), and one shape only DataFusion evaluates.
+fn random_filter(rng: &mut Rng) -> String {
+    let pick = |rng: &mut Rng, n: usize| (rng.next() % n as u64) as usize;
+    let h = pick(rng, HOSTS + 1);
+    let v = pick(rng, 100);
+    match pick(rng, 15) {
+        0 => format!(
+            "time >= '2024-01-0{}T{:02}:00:00Z'",
+            1 + pick(rng, 3),
+            pick(rng, 24)
+        ),
+        1 => format!(
+            "time < '2024-01-0{}T{:02}:00:00Z'",
+            1 + pick(rng, 3),
+            pick(rng, 24)
+        ),
+        2 => format!(
+            "time BETWEEN '2024-01-01T{:02}:00:00Z' AND '2024-01-03T{:02}:30:00Z'",
+            pick(rng, 24),
+            pick(rng, 24)
+        ),
+        3 => format!("host = 'h{h}'"),
+        4 => format!("host IN ('h{h}', 'h{}', 'nobody')", (h + 2) % HOSTS),
+        5 => format!("host != 'h{h}'"),
+        6 => "region IS NULL".into(),
+        7 => "region IS NOT NULL".into(),
+        8 => format!("usage > {v}"),
+        9 => format!("n <= {}", v / 2),
+        10 => format!("(usage < {v} OR n > {})", v / 3),
+        11 => format!("NOT (n = {})", v % 40),
+        12 => format!("usage + usage * 0.5 - 1 > {}", v + 20),
+        13 => format!("n * 2 - 3 > {}", v / 2),
+        // Not something the nodes evaluate: rows are shipped.
+        _ => format!("n % 7 > {}", v % 7),
+    }
+}
+
 fn random_query(rng: &mut Rng) -> (String, String, usize) {
     let pick = |rng: &mut Rng, n: usize| (rng.next() % n as u64) as usize;
     let mut groups: Vec<String> = Vec::new();
@@ -977,41 +1016,7 @@ fn random_query(rng: &mut Rng) -> (String, String, usize) {
         };
         calls.push(call);
     }
-    let mut filters: Vec<String> = Vec::new();
-    for _ in 0..pick(rng, 4) {
-        let h = pick(rng, HOSTS + 1);
-        let v = pick(rng, 100);
-        filters.push(match pick(rng, 15) {
-            0 => format!(
-                "time >= '2024-01-0{}T{:02}:00:00Z'",
-                1 + pick(rng, 3),
-                pick(rng, 24)
-            ),
-            1 => format!(
-                "time < '2024-01-0{}T{:02}:00:00Z'",
-                1 + pick(rng, 3),
-                pick(rng, 24)
-            ),
-            2 => format!(
-                "time BETWEEN '2024-01-01T{:02}:00:00Z' AND '2024-01-03T{:02}:30:00Z'",
-                pick(rng, 24),
-                pick(rng, 24)
-            ),
-            3 => format!("host = 'h{h}'"),
-            4 => format!("host IN ('h{h}', 'h{}', 'nobody')", (h + 2) % HOSTS),
-            5 => format!("host != 'h{h}'"),
-            6 => "region IS NULL".into(),
-            7 => "region IS NOT NULL".into(),
-            8 => format!("usage > {v}"),
-            9 => format!("n <= {}", v / 2),
-            10 => format!("(usage < {v} OR n > {})", v / 3),
-            11 => format!("NOT (n = {})", v % 40),
-            12 => format!("usage + usage * 0.5 - 1 > {}", v + 20),
-            13 => format!("n * 2 - 3 > {}", v / 2),
-            // Not something the nodes evaluate: rows are shipped.
-            _ => format!("n % 7 > {}", v % 7),
-        });
-    }
+    let filters: Vec<String> = (0..pick(rng, 4)).map(|_| random_filter(rng)).collect();
     let select = |calls: Vec<&String>| {
         let mut cols: Vec<String> = groups.clone();
         cols.extend(
@@ -1066,6 +1071,150 @@ async fn check_random(http: &Http, ctx: &SessionContext, seed: u64, count: usize
     );
 }
 
+/// How a random row query's answer is compared with the model's.
+enum RowForm {
+    /// No order, no limit: the same rows, in any order.
+    All,
+    /// `ORDER BY time DESC, host LIMIT k`: a total order, the same list.
+    Ordered,
+    /// `ORDER BY time DESC LIMIT k` (what the time-order pushdown takes):
+    /// the same times in the same order, each row one the model has.
+    TimeOrdered,
+    /// `LIMIT k` alone: as many rows as the model gives up to `k`, each
+    /// one the model has.
+    Limited(usize),
+}
+
+/// Whether the nodes apply `filter` (from [`random_filter`]) to every row
+/// they send, so that DataFusion does not apply it again.
+fn applied_by_nodes(filter: &str) -> bool {
+    ["time", "host", "region"]
+        .iter()
+        .any(|c| filter.starts_with(c))
+}
+
+/// A row query: some of the columns (not always those the filters name)
+/// under random filters, in one of the [`RowForm`]s. Also the query
+/// without its order and limit, and the filters.
+fn random_row_query(rng: &mut Rng) -> (String, String, RowForm, Vec<String>) {
+    let pick = |rng: &mut Rng, n: usize| (rng.next() % n as u64) as usize;
+    let mut cols: Vec<&str> = ["time", "host", "region", "usage", "n"]
+        .into_iter()
+        .filter(|_| rng.next() % 2 == 0)
+        .collect();
+    if cols.is_empty() {
+        cols.push("usage");
+    }
+    let form = match pick(rng, 4) {
+        0 => RowForm::All,
+        1 => RowForm::Ordered,
+        2 => {
+            cols.retain(|c| *c != "time");
+            cols.insert(0, "time");
+            RowForm::TimeOrdered
+        }
+        _ => RowForm::Limited(1 + pick(rng, 200)),
+    };
+    let filters: Vec<String> = (0..1 + pick(rng, 3)).map(|_| random_filter(rng)).collect();
+    let all = format!(
+        "SELECT {} FROM cpu WHERE {}",
+        cols.join(", "),
+        filters.join(" AND ")
+    );
+    let k = 1 + pick(rng, 60);
+    let sql = match form {
+        RowForm::All => all.clone(),
+        RowForm::Ordered => format!("{all} ORDER BY time DESC, host LIMIT {k}"),
+        RowForm::TimeOrdered => format!("{all} ORDER BY time DESC LIMIT {k}"),
+        RowForm::Limited(k) => format!("{all} LIMIT {k}"),
+    };
+    (sql, all, form, filters)
+}
+
+/// Random row queries answer as the model does; those whose every filter
+/// is on tags and time run with no filter above the scan (the nodes
+/// apply them), and the others keep it.
+async fn check_random_rows(
+    http: &Http,
+    ctx: &SessionContext,
+    seed: u64,
+    count: usize,
+    stage: &str,
+) {
+    let mut rng = Rng(seed);
+    let mut unfiltered = 0;
+    for i in 0..count {
+        let (sql, all, form, filters) = random_row_query(&mut rng);
+        let context = format!("{stage}, seed {seed:#x}, row query {i}: {sql}");
+        let got = http.rows("public", &sql).await;
+        let everything = sorted(model_rows(ctx, &all).await, usize::MAX);
+        let has = |row: &Vec<Value>| {
+            everything
+                .binary_search_by_key(&serde_json::to_string(row).unwrap(), |r| {
+                    serde_json::to_string(r).unwrap()
+                })
+                .is_ok()
+        };
+        match form {
+            RowForm::All => {
+                let got = sorted(got, usize::MAX);
+                assert_eq!(got.len(), everything.len(), "{context}: rows");
+                assert!(got == everything, "{context}: the same count, other rows");
+            }
+            RowForm::Ordered => {
+                assert_eq!(got, model_rows(ctx, &sql).await, "{context}");
+            }
+            RowForm::TimeOrdered => {
+                let times =
+                    |rows: &[Vec<Value>]| rows.iter().map(|r| r[0].clone()).collect::<Vec<_>>();
+                let want = model_rows(ctx, &sql).await;
+                assert_eq!(times(&got), times(&want), "{context}");
+                assert!(got.iter().all(has), "{context}\n got {got:?}");
+            }
+            RowForm::Limited(k) => {
+                assert_eq!(got.len(), k.min(everything.len()), "{context}");
+                assert!(got.iter().all(has), "{context}\n got {got:?}");
+            }
+        }
+        let plan = explain(http, &sql).await;
+        if filters.iter().all(|f| applied_by_nodes(f)) {
+            unfiltered += 1;
+            assert!(
+                !plan.contains("FilterExec"),
+                "{context}: the nodes apply every filter; plan:\n{plan}"
+            );
+        }
+    }
+    assert!(
+        unfiltered > 0,
+        "{stage}: no query had only tag and time filters"
+    );
+}
+
+/// Tag and time filters are left to the nodes, which then send only the
+/// columns the query reads; a field comparison is applied again above the
+/// scan.
+async fn check_exact_filters(http: &Http, stage: &str) {
+    // The columns the scan's nodes send, in the plan's order.
+    let columns = |plan: &str| -> Vec<String> {
+        let at = plan.find("columns=[").expect("a scan") + "columns=[".len();
+        let end = at + plan[at..].find(']').unwrap();
+        plan[at..end].split(',').map(str::to_string).collect()
+    };
+    let q = "SELECT time, usage FROM cpu WHERE host = 'h1' AND time >= '2024-01-02T00:00:00Z'";
+    let plan = explain(http, q).await;
+    assert!(!plan.contains("FilterExec"), "{stage}: {q}\n{plan}");
+    assert_eq!(columns(&plan), ["time", "usage"], "{stage}: {q}\n{plan}");
+    let q = "SELECT time, n FROM cpu WHERE host = 'h1' AND usage > 50";
+    let plan = explain(http, q).await;
+    assert!(plan.contains("FilterExec"), "{stage}: {q}\n{plan}");
+    assert_eq!(
+        columns(&plan),
+        ["time", "usage", "n"],
+        "{stage}: {q}\n{plan}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_aggregates_on_a_cluster_answer_as_datafusion_does() {
     let seed = std::env::var("SEALION_SEED")
@@ -1086,6 +1235,8 @@ async fn random_aggregates_on_a_cluster_answer_as_datafusion_does() {
     write(http, &rows).await;
     let ctx = model(&rows).await;
     check_random(http, &ctx, seed, 40, "open").await;
+    check_random_rows(http, &ctx, seed, 30, "open").await;
+    check_exact_filters(http, "open").await;
     check_bucket_limited(http, &ctx, "cluster, open").await;
     check_series_limited(http, &ctx, "cluster, open").await;
     admin_seal(http, "cpu").await;
@@ -1102,6 +1253,8 @@ async fn random_aggregates_on_a_cluster_answer_as_datafusion_does() {
     rows.retain(|r| !(r.host == 4 && r.t_ns >= (DAY0_S + 86_400) * NS));
     let ctx = model(&rows).await;
     check_random(http, &ctx, seed ^ 0x9e37, 60, "sealed, late rows, delete").await;
+    check_random_rows(http, &ctx, seed ^ 0x7f4a, 40, "sealed, late rows, delete").await;
+    check_exact_filters(http, "sealed").await;
     check_bucket_limited(http, &ctx, "cluster, sealed").await;
     check_series_limited(http, &ctx, "cluster, sealed").await;
     check_over_limits(http, &ctx, "cluster, sealed").await;
