@@ -165,8 +165,6 @@ fn bound_of(e: &Expr, time: &str) -> TimeRange {
     }
 }
 
-/// Whether `e` compares the time column itself with a time literal (`=`,
-/// `<`, `<=`, `>`, `>=`, or BETWEEN): a bound that is exact, not a superset.
 /// Whether every row a node sends for a scan with filter `e` passes `e`:
 /// a tag predicate the nodes are sent (see [`crate::pushdown::push`]) or
 /// a bound on the time column (`time` names it) that the scan's time range
@@ -178,6 +176,8 @@ pub(crate) fn applied_exactly(table: &Table, time: Option<&str>, e: &Expr) -> bo
     time.is_some_and(|t| exact_time_bound(e, t))
 }
 
+/// Whether `e` compares the time column itself with a time literal (`=`,
+/// `<`, `<=`, `>`, `>=`, or BETWEEN): a bound that is exact, not a superset.
 pub(crate) fn exact_time_bound(e: &Expr, time: &str) -> bool {
     match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
