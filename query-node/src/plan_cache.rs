@@ -6,8 +6,17 @@
 //! the optimized logical plan of a `SELECT` is kept, keyed by database and
 //! statement, and reused while meta's state version is the one it was
 //! planned under: any change to the catalog (a table, a column, a partition)
-//! moves the version and empties the cache. Physical planning still happens
-//! per query, and partition pruning reads the partition map then.
+//! moves the version and empties the cache.
+//!
+//! Beside it, once a kept plan has been planned physically in the session
+//! state that kept plans run in, that physical plan is kept too (its
+//! [`PhysicalSlot`]), and a repeated query runs a copy of it whose
+//! operators' state is reset (`reset_plan_states`, fresh counters and
+//! buffers) instead of planning again: the physical optimizer's passes cost
+//! more than a small answer. The physical plan holds the partitions and
+//! nodes read off the partition map when it was made, which the version
+//! covers: a new partition, a seal or a node change moves it. Rows written
+//! into a partition the plan already names are read when it runs.
 //!
 //! A plan is kept only when reusing it gives the answer that planning again
 //! would ([`reusable`]): every table it reads is a Sealion table (system
@@ -17,11 +26,13 @@
 //! query's start time).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::sql::sqlparser::ast::Statement;
 
 use crate::table::SealionTable;
@@ -36,13 +47,42 @@ pub struct PlanCache {
     inner: Mutex<Inner>,
 }
 
+/// The physical plan of a kept plan, once made, and the session state it
+/// was made in: it is reused only by a query that runs in that same state
+/// (so the options it was planned with are the query's). It is a template
+/// and is never run itself; each query runs a copy with fresh state.
+#[derive(Default)]
+pub struct PhysicalSlot {
+    kept: Mutex<Option<(Arc<SessionState>, Arc<dyn ExecutionPlan>)>>,
+}
+
+impl PhysicalSlot {
+    /// The kept physical plan, if it was made in `state`.
+    pub fn get(&self, state: &Arc<SessionState>) -> Option<Arc<dyn ExecutionPlan>> {
+        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.as_ref()
+            .filter(|(made_in, _)| Arc::ptr_eq(made_in, state))
+            .map(|(_, plan)| Arc::clone(plan))
+    }
+
+    /// Keeps `plan`, made in `state` and not yet run.
+    pub fn put(&self, state: Arc<SessionState>, plan: Arc<dyn ExecutionPlan>) {
+        *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Some((state, plan));
+    }
+}
+
+struct Kept {
+    plan: LogicalPlan,
+    physical: Arc<PhysicalSlot>,
+}
+
 #[derive(Default)]
 struct Inner {
     /// The meta state version every kept plan was made under.
     version: u64,
     len: usize,
     /// database → statement → optimized plan.
-    plans: HashMap<String, HashMap<Statement, LogicalPlan>>,
+    plans: HashMap<String, HashMap<Statement, Kept>>,
 }
 
 impl Inner {
@@ -58,18 +98,32 @@ impl Inner {
 }
 
 impl PlanCache {
-    /// The plan kept for `stmt` in `db`, if it was made under `version`.
-    pub fn get(&self, version: u64, db: &str, stmt: &Statement) -> Option<LogicalPlan> {
+    /// The plan kept for `stmt` in `db`, if it was made under `version`,
+    /// and the slot of its physical plan.
+    pub fn get(
+        &self,
+        version: u64,
+        db: &str,
+        stmt: &Statement,
+    ) -> Option<(LogicalPlan, Arc<PhysicalSlot>)> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.at(version).plans.get(db)?.get(stmt).cloned()
+        let kept = inner.at(version).plans.get(db)?.get(stmt)?;
+        Some((kept.plan.clone(), Arc::clone(&kept.physical)))
     }
 
     /// Keeps `plan` for `stmt` in `db`, made under `version` (read before
     /// planning began, so a plan made from a newer state is never served
-    /// under an older version).
-    pub fn put(&self, version: u64, db: &str, stmt: &Statement, plan: LogicalPlan) {
+    /// under an older version). Returns the slot for its physical plan
+    /// (`None` when the statement is too long to keep).
+    pub fn put(
+        &self,
+        version: u64,
+        db: &str,
+        stmt: &Statement,
+        plan: LogicalPlan,
+    ) -> Option<Arc<PhysicalSlot>> {
         if stmt.to_string().len() > MAX_STATEMENT_BYTES {
-            return;
+            return None;
         }
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let inner = inner.at(version);
@@ -77,14 +131,18 @@ impl PlanCache {
             inner.plans.clear();
             inner.len = 0;
         }
-        let previous = inner
-            .plans
-            .entry(db.to_string())
-            .or_default()
-            .insert(stmt.clone(), plan);
+        let physical = Arc::new(PhysicalSlot::default());
+        let previous = inner.plans.entry(db.to_string()).or_default().insert(
+            stmt.clone(),
+            Kept {
+                plan,
+                physical: Arc::clone(&physical),
+            },
+        );
         if previous.is_none() {
             inner.len += 1;
         }
+        Some(physical)
     }
 
     /// How many plans are kept.

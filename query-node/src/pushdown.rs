@@ -4,11 +4,11 @@
 //! What is pushed follows the node's rules exactly (SQL three-valued logic,
 //! floats in IEEE total order as Arrow compares them), and only shapes the
 //! node accepts are pushed: a filter the node would refuse is left to
-//! DataFusion alone. Tag predicates (and time bounds, which go into the
-//! scan's range) are applied by the nodes to every row they send, so the
-//! table reports them `Exact` and DataFusion does not apply them again;
-//! field comparisons are reported `Inexact` and applied again above the
-//! scan, because a set of them past the nodes' limits is not pushed at all.
+//! DataFusion alone. Tag predicates, time bounds (which go into the scan's
+//! range) and field comparisons are applied by the nodes to every row they
+//! send, so the table reports them `Exact` and DataFusion does not apply
+//! them again. A set of field comparisons that together pass the nodes'
+//! limits is not pushed at all; the table's scan then applies them itself.
 
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::utils::split_conjunction;
@@ -41,9 +41,9 @@ pub struct Pushed {
     /// partition whose tag filters hold none of them cannot match.
     pub tag_sets: Vec<(String, Vec<String>)>,
     /// Field conjuncts the nodes evaluate together made a predicate past
-    /// the nodes' size limits, so none was pushed: DataFusion alone
-    /// applies them, and a plan that needs the nodes to apply every
-    /// conjunct (a pushed aggregate) must not be made.
+    /// the nodes' size limits, so none was pushed: the table's scan applies
+    /// them in a `FilterExec` of its own, and a plan that needs the nodes
+    /// to apply every conjunct (a pushed aggregate) must not be made.
     pub field_over_limits: bool,
 }
 

@@ -309,6 +309,21 @@ impl ExecutionPlan for SealionScanExec {
         Ok(TreeNodeRecursion::Continue)
     }
 
+    /// A copy with counters of its own, for a run of a kept plan
+    /// (`crate::plan_cache`): the counters are the only state a scan keeps.
+    fn reset_state(self: Arc<Self>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(SealionScanExec {
+            schema: self.schema.clone(),
+            nodes: self.nodes.clone(),
+            steps: self.steps.clone(),
+            schedule: self.schedule,
+            plan: self.plan.clone(),
+            storage: self.storage.clone(),
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties: self.properties.clone(),
+        }))
+    }
+
     fn with_new_children(
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,

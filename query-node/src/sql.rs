@@ -20,6 +20,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::physical_plan::execute_stream;
+use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
@@ -40,6 +41,7 @@ use sealion_common::proto::{
 use sealion_common::time::{DEFAULT_PARTITION_INTERVAL_NS, parse_duration_ns};
 
 use crate::catalog::{CATALOG, SealionCatalog, Shared};
+use crate::plan_cache::PhysicalSlot;
 use crate::{Error, Result};
 
 /// Longest SQL text accepted, in bytes.
@@ -63,6 +65,10 @@ pub enum Rows {
         state: Arc<SessionState>,
         plan: LogicalPlan,
         runtime: Arc<RuntimeEnv>,
+        /// Where the physical plan of a kept plan is kept
+        /// ([`crate::plan_cache`]): taken from there when it was made in
+        /// `state`, else made and put there.
+        physical: Option<Arc<PhysicalSlot>>,
     },
     /// What DataFusion's own context runs (DDL and session statements) and
     /// fixed rows.
@@ -84,12 +90,27 @@ impl Rows {
                 state,
                 plan,
                 runtime,
+                physical,
             } => {
-                let physical = state
-                    .query_planner()
-                    .create_physical_plan(&plan, state.as_ref())
-                    .await?;
-                Ok(execute_stream(physical, task_context(&state, runtime))?)
+                let kept = physical.as_ref().and_then(|slot| slot.get(&state));
+                let plan = match kept {
+                    Some(template) => {
+                        metrics::counter!("sealion_query_physical_plans_reused_total").increment(1);
+                        reset_plan_states(template)?
+                    }
+                    None => {
+                        let plan = state
+                            .query_planner()
+                            .create_physical_plan(&plan, state.as_ref())
+                            .await?;
+                        if let Some(slot) = &physical {
+                            // The kept copy is never run: runs take copies.
+                            slot.put(Arc::clone(&state), reset_plan_states(Arc::clone(&plan))?);
+                        }
+                        plan
+                    }
+                };
+                Ok(execute_stream(plan, task_context(&state, runtime))?)
             }
             Rows::Frame(df) => Ok(df.execute_stream().await?),
         }
@@ -627,6 +648,7 @@ impl SqlEngine {
             state: Arc::new(state),
             plan,
             runtime,
+            physical: None,
         })
     }
 
@@ -656,10 +678,11 @@ impl SqlEngine {
         // Read before planning: a plan is kept under the version it cannot
         // be older than.
         let version = self.shared.meta.state().version;
-        let (state, plan) = match self.plans.get(version, db, stmt) {
-            Some(plan) => {
+        let (state, plan, physical) = match self.plans.get(version, db, stmt) {
+            Some((plan, physical)) => {
                 metrics::counter!("sealion_query_plans_reused_total").increment(1);
-                (self.states.get(&self.ctx, db, || self.state_for(db)), plan)
+                let state = self.states.get(&self.ctx, db, || self.state_for(db));
+                (state, plan, Some(physical))
             }
             None => {
                 let (state, plan) = self.plan(db, stmt).await?;
@@ -673,10 +696,18 @@ impl SqlEngine {
                 }
                 let keep = crate::plan_cache::reusable(stmt, &plan);
                 let optimized = state.optimize(&plan)?;
-                if keep {
-                    self.plans.put(version, db, stmt, optimized.clone());
-                }
-                (Arc::new(state), optimized)
+                let physical = if keep {
+                    self.plans.put(version, db, stmt, optimized.clone())
+                } else {
+                    None
+                };
+                // A kept plan is planned physically in the state that its
+                // repeats run in, so that they can take its physical plan.
+                let state = match physical {
+                    Some(_) => self.states.get(&self.ctx, db, || self.state_for(db)),
+                    None => Arc::new(state),
+                };
+                (state, optimized, physical)
             }
         };
         let runtime = self.runtime_for(&state);
@@ -684,6 +715,7 @@ impl SqlEngine {
             state,
             plan,
             runtime,
+            physical,
         };
         if matches!(stmt, Statement::Insert(_) | Statement::Delete(_)) {
             let tag = if matches!(stmt, Statement::Insert(_)) {

@@ -12,14 +12,18 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
+use datafusion::common::DFSchema;
 use datafusion::common::ScalarValue;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::filter::FilterExecBuilder;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
@@ -458,6 +462,20 @@ impl SealionTable {
     }
 }
 
+/// `e` with its columns named without the table, as the scan's own
+/// schema names them.
+fn unqualified(e: Expr) -> DfResult<Expr> {
+    e.transform(|e| {
+        Ok(match e {
+            Expr::Column(c) if c.relation.is_some() => Transformed::yes(Expr::Column(
+                datafusion::common::Column::new_unqualified(c.name),
+            )),
+            e => Transformed::no(e),
+        })
+    })
+    .map(|t| t.data)
+}
+
 /// What a scan asks of the storage nodes.
 pub struct ScanShape<'a> {
     /// Columns returned (row scans).
@@ -496,14 +514,14 @@ impl TableProvider for SealionTable {
 
     /// Tag predicates the nodes take (`=`, `<>`, `IN`, `NOT IN`, `IS
     /// [NOT] NULL` with at most [`crate::pushdown::MAX_PUSHED_IN_VALUES`]
-    /// values) and comparisons of the time column with a time literal are
-    /// applied by the nodes to every row they send, so they are `Exact`:
-    /// DataFusion neither applies them again nor reads their columns for
-    /// them. Each is judged alone, so the answer does not depend on which
-    /// other filters come with it. Everything else (field comparisons,
-    /// which the nodes drop as a set when together they pass the nodes'
-    /// limits) is `Inexact`: used to prune and to skip rows, and applied
-    /// again by DataFusion.
+    /// values), comparisons of the time column with a time literal and
+    /// field comparisons the nodes evaluate ([`crate::pushdown::field_predicate`])
+    /// are `Exact`: DataFusion neither applies them again nor reads their
+    /// columns for them. Each is judged alone, so the answer does not depend
+    /// on which other filters come with it; a set of field comparisons that
+    /// together pass the nodes' limits is applied by [`SealionTable::scan`]
+    /// itself. Everything else is `Inexact`: used to prune partitions and
+    /// applied again by DataFusion.
     fn supports_filters_pushdown(
         &self,
         filters: &[&Expr],
@@ -512,7 +530,9 @@ impl TableProvider for SealionTable {
         Ok(filters
             .iter()
             .map(|f| {
-                if applied_exactly(&self.table, time, f) {
+                if applied_exactly(&self.table, time, f)
+                    || crate::pushdown::field_predicate(&self.table, f).is_some()
+                {
                     TableProviderFilterPushDown::Exact
                 } else {
                     TableProviderFilterPushDown::Inexact
@@ -521,36 +541,79 @@ impl TableProvider for SealionTable {
             .collect())
     }
 
+    /// A scan of the nodes. When the field comparisons among `filters`
+    /// together pass the nodes' limits, none is sent
+    /// ([`crate::pushdown::Pushed::field_over_limits`]); they were reported
+    /// `Exact`, so a `FilterExec` here applies them to the nodes' rows
+    /// (which then also carry the columns they read) and projects those
+    /// columns away again, and the nodes get no limit.
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let columns: Vec<Column> = match projection {
-            Some(p) => p.iter().map(|&i| self.table.columns[i].clone()).collect(),
-            None => self.table.columns.clone(),
+        let mut indices: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..self.table.columns.len()).collect(),
         };
-        let schema = arrow_schema(&columns);
+        let asked = indices.len();
         let time = time_column(&self.table)
             .map(|c| c.name.clone())
             .unwrap_or_default();
         let range = time_range_of(filters, &time);
         if range.start_ns >= range.end_ns {
-            return Ok(Arc::new(EmptyExec::new(schema)));
+            let columns: Vec<Column> = indices
+                .iter()
+                .map(|&i| self.table.columns[i].clone())
+                .collect();
+            return Ok(Arc::new(EmptyExec::new(arrow_schema(&columns))));
         }
-        let scan = self.plan_scan(ScanShape {
+        let here: Vec<Expr> = if crate::pushdown::push(&self.table, filters).field_over_limits {
+            filters
+                .iter()
+                .flat_map(|f| split_conjunction(f))
+                .filter(|e| crate::pushdown::field_predicate(&self.table, e).is_some())
+                .map(|e| unqualified(e.clone()))
+                .collect::<DfResult<_>>()?
+        } else {
+            Vec::new()
+        };
+        for e in &here {
+            for c in e.column_refs() {
+                let i = self.table.columns.iter().position(|x| x.name == c.name);
+                if let Some(i) = i
+                    && !indices.contains(&i)
+                {
+                    indices.push(i);
+                }
+            }
+        }
+        let columns: Vec<Column> = indices
+            .iter()
+            .map(|&i| self.table.columns[i].clone())
+            .collect();
+        let schema = arrow_schema(&columns);
+        let scan = Arc::new(self.plan_scan(ScanShape {
             projection: columns,
-            schema,
+            schema: schema.clone(),
             filters,
-            limit,
+            limit: if here.is_empty() { limit } else { None },
             aggregate: None,
             order: ScanOrder::OrderSeries,
             newest_per_series: 0,
             steps: None,
-        })?;
-        Ok(Arc::new(scan))
+        })?);
+        let Some(predicate) = conjunction(here) else {
+            return Ok(scan);
+        };
+        let predicate = state.create_physical_expr(predicate, &DFSchema::try_from(schema)?)?;
+        let filter = FilterExecBuilder::new(predicate, scan)
+            .apply_projection(Some((0..asked).collect()))?
+            .with_fetch(limit)
+            .build()?;
+        Ok(Arc::new(filter))
     }
 
     /// `DELETE FROM t WHERE ...` with conditions the storage nodes apply

@@ -1334,15 +1334,36 @@ async fn repeated_queries_reuse_plans_and_still_see_every_change() {
         .await;
     assert_eq!(status, 204, "{body}");
 
-    // The same query twice: the second runs on the first one's plan.
-    let all = "SELECT host, v FROM m ORDER BY host";
+    // The same query twice: the second runs on the first one's plan, the
+    // physical plan too.
+    let all = "SELECT host, v FROM m ORDER BY host, v";
     let first = http.rows("public", all).await;
     let reused = counter(http, "sealion_query_plans_reused_total").await;
+    let physical = counter(http, "sealion_query_physical_plans_reused_total").await;
     assert_eq!(http.rows("public", all).await, first);
     assert_eq!(
         counter(http, "sealion_query_plans_reused_total").await,
         reused + 1.0,
         "the repeated query reused its plan"
+    );
+    assert_eq!(
+        counter(http, "sealion_query_physical_plans_reused_total").await,
+        physical + 1.0,
+        "the repeated query reused its physical plan"
+    );
+    // A row written since into the partition the kept plan reads is in
+    // the answer of the kept plan, run once more.
+    let (status, body) = http
+        .write("public", format!("m,host=a v=1.5 {}\n", now_ns - 500))
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let third = http.rows("public", all).await;
+    assert_eq!(third.len(), 3, "{third:?}");
+    assert_eq!(third[1][1].as_f64(), Some(1.5), "{third:?}");
+    assert_eq!(
+        counter(http, "sealion_query_physical_plans_reused_total").await,
+        physical + 2.0,
+        "the physical plan was reused again"
     );
 
     // A new column changes the catalog: `SELECT *` sees it at once.
@@ -1354,14 +1375,14 @@ async fn repeated_queries_reuse_plans_and_still_see_every_change() {
         .await;
     assert_eq!(status, 204, "{body}");
     let after = http.rows("public", star).await;
-    assert_eq!(after.len(), 3, "{after:?}");
+    assert_eq!(after.len(), 4, "{after:?}");
     assert_eq!(after[0].len(), 4, "the new column w is there: {after:?}");
-    assert_eq!(http.rows("public", all).await.len(), 3);
+    assert_eq!(http.rows("public", all).await.len(), 4);
 
     // `now()` is read per query, never frozen into a kept plan.
     let recent = "SELECT count(*) FROM m WHERE time > now() - interval '3 seconds'";
     let reused = counter(http, "sealion_query_plans_reused_total").await;
-    assert_eq!(http.rows("public", recent).await[0][0], 3);
+    assert_eq!(http.rows("public", recent).await[0][0], 4);
     let wait_until = std::time::UNIX_EPOCH + Duration::from_nanos(now_ns as u64 + 3_500_000_000);
     if let Ok(left) = wait_until.duration_since(std::time::SystemTime::now()) {
         tokio::time::sleep(left).await;

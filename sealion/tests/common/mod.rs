@@ -267,14 +267,19 @@ impl Http {
         (r.status().as_u16(), r.text().await.unwrap())
     }
 
+    /// A query as `?q=`, or in the request body when it is too long for a
+    /// URL.
     pub async fn sql(&self, db: &str, q: &str) -> (u16, Value) {
-        let r = self
-            .client
-            .get(format!("{}/api/v1/sql", self.base))
-            .query(&[("db", db), ("q", q)])
-            .send()
-            .await
-            .unwrap();
+        let url = format!("{}/api/v1/sql", self.base);
+        let request = if q.len() <= 2_000 {
+            self.client.get(url).query(&[("db", db), ("q", q)])
+        } else {
+            self.client
+                .post(url)
+                .query(&[("db", db)])
+                .body(q.to_string())
+        };
+        let r = request.send().await.unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
         (
