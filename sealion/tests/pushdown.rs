@@ -1260,8 +1260,8 @@ async fn check_random_rows(
         );
     }
     assert!(
-        unfiltered > 0 && unfiltered < count,
-        "{stage}: {unfiltered} of {count} queries had only filters the nodes apply"
+        unfiltered > 0,
+        "{stage}: none of {count} queries had only filters the nodes apply"
     );
 }
 
