@@ -1365,6 +1365,9 @@ async fn repeated_queries_reuse_plans_and_still_see_every_change() {
         physical + 2.0,
         "the physical plan was reused again"
     );
+    // Runs of one kept physical plan at once each get their own copy.
+    let together = futures::future::join_all((0..8).map(|_| http.rows("public", all))).await;
+    assert!(together.iter().all(|rows| *rows == third), "{together:?}");
 
     // A new column changes the catalog: `SELECT *` sees it at once.
     let star = "SELECT * FROM m ORDER BY host";
