@@ -264,6 +264,7 @@ struct NodeCounters {
     row_groups_skipped: Count,
     pages_decoded: Count,
     partitions_read: Count,
+    scan_threads: Count,
 }
 
 impl NodeCounters {
@@ -276,6 +277,7 @@ impl NodeCounters {
             row_groups_skipped: c("row_groups_skipped"),
             pages_decoded: c("pages_decoded"),
             partitions_read: c("partitions_read"),
+            scan_threads: c("scan_threads"),
         }
     }
 
@@ -286,6 +288,7 @@ impl NodeCounters {
         self.row_groups_skipped.add(m.row_groups_skipped as usize);
         self.pages_decoded.add(m.pages_decoded as usize);
         self.partitions_read.add(m.partitions_scanned as usize);
+        self.scan_threads.add(m.scan_threads as usize);
     }
 }
 

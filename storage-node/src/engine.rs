@@ -350,7 +350,8 @@ fn share_out(lens: &[usize], threads: usize) -> (usize, Vec<(usize, usize, usize
 /// Reads `files` (sealed files, each with the row groups the scan reads of
 /// it) on up to `threads` threads, each thread collecting its own answer
 /// and handing it to `send`: the calling thread into `out`, every other one
-/// into an output of its own, whose counters come back added up. With at
+/// into an output of its own, whose counters come back added up (with
+/// `scan_threads`, the threads it ran on, when more than one). With at
 /// least `MIN_GROUPS_PER_SCAN_THREAD` groups per thread, every file's groups
 /// are cut into pieces of contiguous groups (about four a thread), dealt
 /// out to the threads in turn; with fewer, everything is read on the
@@ -459,6 +460,7 @@ pub fn read_shared_out(
             more = more && send(batch);
         }
     }
+    metrics.scan_threads = threads as u64;
     Ok(metrics)
 }
 
@@ -1310,6 +1312,7 @@ impl Engine {
         let parts = read_shared_out(&mut out, &files, threads, &send, &gone)?;
         let mut metrics = out.finish()?;
         Metrics::add_proto(&mut metrics, &parts);
+        metrics.scan_threads = metrics.scan_threads.max(1);
         Ok(metrics)
     }
 
@@ -2833,13 +2836,19 @@ mod tests {
                 assert_eq!(many, one, "{threads} threads");
                 let mut got = many_m.clone();
                 let mut want = one_m.clone();
+                // Eight row groups: enough for four threads.
+                assert_eq!(want.scan_threads, 1);
+                assert_eq!(got.scan_threads, threads as u64);
                 if r.aggregate.is_some() {
                     // A group whose rows two threads read comes back from
-                    // each.
+                    // each, and from no more than that.
                     assert!(got.rows_returned >= want.rows_returned);
+                    assert!(got.rows_returned <= want.rows_returned * got.scan_threads);
                     got.rows_returned = 0;
                     want.rows_returned = 0;
                 }
+                got.scan_threads = 0;
+                want.scan_threads = 0;
                 assert_eq!(got, want, "{threads} threads");
             }
         }

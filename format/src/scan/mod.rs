@@ -449,6 +449,7 @@ impl Metrics {
             rows_matched,
             rows_returned,
             bytes_returned,
+            scan_threads,
         } = *part;
         let add = |c: &mut u64, n: u64| *c = c.saturating_add(n);
         add(&mut into.partitions_scanned, partitions_scanned);
@@ -464,6 +465,7 @@ impl Metrics {
         add(&mut into.rows_matched, rows_matched);
         add(&mut into.rows_returned, rows_returned);
         add(&mut into.bytes_returned, bytes_returned);
+        add(&mut into.scan_threads, scan_threads);
     }
 
     pub fn to_proto(&self) -> ScanMetrics {
@@ -481,6 +483,7 @@ impl Metrics {
             rows_matched: self.rows_matched.get(),
             rows_returned: self.rows_returned.get(),
             bytes_returned: 0,
+            scan_threads: 0,
         }
     }
 }
