@@ -148,12 +148,12 @@ enum SqlAnswer {
 }
 
 async fn run_sql(ctx: &QueryContext, db: &str, text: &str) -> crate::Result<SqlAnswer> {
-    let statements = crate::sql::parse(text)?;
+    let statements = ctx.sql.parsed.get_or_parse(text, crate::sql::parse)?;
     if statements.is_empty() {
         return Err(Error::Invalid("no SQL statement given".into()));
     }
     let mut last = SqlAnswer::Affected("EMPTY".into(), 0);
-    for stmt in &statements {
+    for stmt in statements.iter() {
         let deadline = ctx.sql.deadline(None);
         last = match ctx.sql.execute(db, stmt).await? {
             Output::Rows(rows) => {

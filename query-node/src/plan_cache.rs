@@ -24,6 +24,10 @@
 //! such as node liveness), and it has no parameter placeholder and calls no
 //! function that is not immutable (the optimizer folds `now()` to the
 //! query's start time).
+//!
+//! Before any of that, the HTTP API parses a SQL text it has seen before
+//! from [`ParseCache`]: the statements of up to `MAX_PARSED` short texts,
+//! keyed by the text (parsing was a tenth of a one-row answer's work).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,6 +43,12 @@ use crate::table::SealionTable;
 
 /// Plans kept at most; a full cache is emptied before the next one goes in.
 pub const MAX_PLANS: usize = 256;
+/// SQL texts whose statements are kept at most (`ParseCache`); a full
+/// cache is emptied before the next one goes in.
+pub const MAX_PARSED: usize = 256;
+/// SQL texts longer than this are parsed every time: with `MAX_PARSED`, it
+/// bounds the texts and statements kept to a few megabytes.
+pub const MAX_PARSED_BYTES: usize = 4 * 1024;
 /// Statements longer than this (as SQL text) are planned every time.
 pub const MAX_STATEMENT_BYTES: usize = 64 * 1024;
 
@@ -155,6 +165,54 @@ impl PlanCache {
     }
 }
 
+/// The statements of SQL texts parsed before, keyed by the text itself.
+/// Parsing depends on nothing but the text (PostgreSQL's dialect, fixed),
+/// so a text seen again is answered from here whatever changed since; what
+/// the statements mean is for planning, which `PlanCache` keys by the
+/// statement. Only texts that parsed, and only short ones, are kept.
+#[derive(Default)]
+pub struct ParseCache {
+    kept: Mutex<HashMap<String, Arc<[Statement]>>>,
+}
+
+impl ParseCache {
+    /// The statements of `sql`: kept ones when the same text was parsed
+    /// before, else `parse(sql)` (kept when it succeeds and `sql` is short).
+    pub fn get_or_parse(
+        &self,
+        sql: &str,
+        parse: impl FnOnce(&str) -> crate::Result<Vec<Statement>>,
+    ) -> crate::Result<Arc<[Statement]>> {
+        if sql.len() > MAX_PARSED_BYTES {
+            return parse(sql).map(Arc::from);
+        }
+        if let Some(kept) = self.lock().get(sql) {
+            metrics::counter!("sealion_query_parses_reused_total").increment(1);
+            return Ok(Arc::clone(kept));
+        }
+        let statements: Arc<[Statement]> = parse(sql)?.into();
+        let mut kept = self.lock();
+        if kept.len() >= MAX_PARSED {
+            kept.clear();
+        }
+        kept.insert(sql.to_string(), Arc::clone(&statements));
+        Ok(statements)
+    }
+
+    /// How many texts are kept.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<[Statement]>>> {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// Whether the plan of `stmt` (before optimization) may be kept and reused:
 /// a query that reads only Sealion tables, with no placeholder and only
 /// immutable functions.
@@ -203,4 +261,57 @@ pub fn reusable(stmt: &Statement, plan: &LogicalPlan) -> bool {
         })
     });
     walked.is_ok() && ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(sql: &str) -> crate::Result<Vec<Statement>> {
+        crate::sql::parse(sql)
+    }
+
+    #[test]
+    fn a_text_parsed_before_gives_the_statements_a_fresh_parse_gives() {
+        let cache = ParseCache::default();
+        let sql = "SELECT host, max(usage) FROM cpu WHERE time > now() - INTERVAL '1 hour' GROUP BY host; SELECT 1";
+        let first = cache.get_or_parse(sql, parse).unwrap();
+        let again = cache
+            .get_or_parse(sql, |_| panic!("a kept text is not parsed again"))
+            .unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(&*again, parse(sql).unwrap().as_slice());
+        assert_eq!(again.len(), 2);
+        // Another text (if only by case) is parsed on its own.
+        let other = cache.get_or_parse("select 1", parse).unwrap();
+        assert_eq!(&*other, parse("select 1").unwrap().as_slice());
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn errors_and_long_texts_are_not_kept_and_a_full_cache_starts_over() {
+        let cache = ParseCache::default();
+        let bad = "SELEC 1";
+        assert!(cache.get_or_parse(bad, parse).is_err());
+        assert!(cache.get_or_parse(bad, parse).is_err());
+        assert!(cache.is_empty());
+        let long = format!("SELECT 1 AS \"{}\"", "x".repeat(MAX_PARSED_BYTES));
+        let mut parses = 0;
+        for _ in 0..2 {
+            cache
+                .get_or_parse(&long, |s| {
+                    parses += 1;
+                    parse(s)
+                })
+                .unwrap();
+        }
+        assert_eq!(parses, 2);
+        assert!(cache.is_empty());
+        for i in 0..MAX_PARSED {
+            cache.get_or_parse(&format!("SELECT {i}"), parse).unwrap();
+        }
+        assert_eq!(cache.len(), MAX_PARSED);
+        cache.get_or_parse("SELECT 'one more'", parse).unwrap();
+        assert_eq!(cache.len(), 1);
+    }
 }

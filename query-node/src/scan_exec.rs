@@ -79,7 +79,8 @@ pub struct Steps {
 
 pub struct SealionScanExec {
     schema: SchemaRef,
-    nodes: Vec<NodeScan>,
+    /// Shared with the copies `reset_state` makes for runs of a kept plan.
+    nodes: Arc<[NodeScan]>,
     steps: Steps,
     schedule: Schedule,
     plan: ScanPlan,
@@ -133,7 +134,7 @@ impl SealionScanExec {
         );
         SealionScanExec {
             schema,
-            nodes,
+            nodes: nodes.into(),
             steps,
             schedule,
             plan,
@@ -317,7 +318,7 @@ impl ExecutionPlan for SealionScanExec {
     fn reset_state(self: Arc<Self>) -> DfResult<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(SealionScanExec {
             schema: self.schema.clone(),
-            nodes: self.nodes.clone(),
+            nodes: Arc::clone(&self.nodes),
             steps: self.steps.clone(),
             schedule: self.schedule,
             plan: self.plan.clone(),

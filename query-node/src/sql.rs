@@ -247,6 +247,8 @@ pub struct SqlEngine {
     pub query_timeout: Option<Duration>,
     /// Optimized plans of repeated queries (crate::plan_cache).
     pub plans: crate::plan_cache::PlanCache,
+    /// Statements of repeated SQL texts (crate::plan_cache).
+    pub parsed: crate::plan_cache::ParseCache,
     /// Session states that plans from `plans` run in.
     states: ReusedStates,
 }
@@ -581,6 +583,7 @@ impl SqlEngine {
             memory_limit,
             query_timeout,
             plans: Default::default(),
+            parsed: Default::default(),
             states: Default::default(),
         }))
     }

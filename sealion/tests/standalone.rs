@@ -1340,7 +1340,13 @@ async fn repeated_queries_reuse_plans_and_still_see_every_change() {
     let first = http.rows("public", all).await;
     let reused = counter(http, "sealion_query_plans_reused_total").await;
     let physical = counter(http, "sealion_query_physical_plans_reused_total").await;
+    let parsed = counter(http, "sealion_query_parses_reused_total").await;
     assert_eq!(http.rows("public", all).await, first);
+    assert_eq!(
+        counter(http, "sealion_query_parses_reused_total").await,
+        parsed + 1.0,
+        "the repeated text was not parsed again"
+    );
     assert_eq!(
         counter(http, "sealion_query_plans_reused_total").await,
         reused + 1.0,

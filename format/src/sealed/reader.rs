@@ -84,6 +84,49 @@ pub struct SealedFile {
     series: Vec<SeriesInfo>,
     filters: TagFilters,
     filter_bytes: Vec<u8>,
+    /// The series of each tag value, made from the directory's keys by the
+    /// first scan that can use it (`SealedFile::series_by_tag`).
+    by_tag: std::sync::OnceLock<Option<SeriesByTag>>,
+}
+
+/// For each tag, the series (indexes into the directory's series, in
+/// order) that hold each of its values: a scan with `tag IN (...)` finds
+/// its series here instead of decoding every series key of the file.
+#[derive(Debug, Default)]
+pub struct SeriesByTag {
+    tags: std::collections::HashMap<String, std::collections::HashMap<String, Vec<u32>>>,
+}
+
+impl SeriesByTag {
+    /// The index of `series`' keys; None when a key does not decode (the
+    /// scan then reads every key, and reports the bad one).
+    fn build(series: &[SeriesInfo]) -> Option<SeriesByTag> {
+        let mut index = SeriesByTag::default();
+        for (i, s) in series.iter().enumerate() {
+            let i = u32::try_from(i).ok()?;
+            for (name, value) in decode_series(&s.key)? {
+                let values = match index.tags.get_mut(name) {
+                    Some(values) => values,
+                    None => index.tags.entry(name.to_string()).or_default(),
+                };
+                match values.get_mut(value) {
+                    Some(list) => list.push(i),
+                    None => {
+                        values.insert(value.to_string(), vec![i]);
+                    }
+                }
+            }
+        }
+        Some(index)
+    }
+
+    /// The series whose value of `tag` is `value`, in directory order.
+    pub fn series(&self, tag: &str, value: &str) -> &[u32] {
+        self.tags
+            .get(tag)
+            .and_then(|values| values.get(value))
+            .map_or(&[], Vec::as_slice)
+    }
 }
 
 thread_local! {
@@ -371,6 +414,7 @@ impl SealedFile {
             series,
             filters,
             filter_bytes: dir.tag_filters,
+            by_tag: std::sync::OnceLock::new(),
         })
     }
 
@@ -420,6 +464,14 @@ impl SealedFile {
     /// Whether tag `tag` may hold `value`; `false` means certainly not.
     pub fn may_contain_tag(&self, tag: &str, value: &str) -> bool {
         self.filters.may_contain(tag, value)
+    }
+
+    /// The series of each tag value (made on first use and kept with the
+    /// file); None when a series key in the directory does not decode.
+    pub fn series_by_tag(&self) -> Option<&SeriesByTag> {
+        self.by_tag
+            .get_or_init(|| SeriesByTag::build(&self.series))
+            .as_ref()
     }
 
     pub fn tag_filters(&self) -> &TagFilters {

@@ -382,6 +382,25 @@ fn check_file(f: &SealedFile, path: &Path, model: &[SortedRow], rows_per_group: 
             assert!(parsed.may_contain(tag, value));
         }
     }
+
+    // The series of each tag value: exactly those whose key holds it, in
+    // directory order (the model: every key decoded and compared).
+    let index = f.series_by_tag().unwrap();
+    for key in &series {
+        for (tag, value) in decode_series(key).unwrap() {
+            let want: Vec<u32> = (0..series.len() as u32)
+                .filter(|&i| {
+                    decode_series(series[i as usize])
+                        .unwrap()
+                        .contains(&(tag, value))
+                })
+                .collect();
+            assert_eq!(index.series(tag, value), want, "{tag}={value:?}");
+            let other = format!("{value}\u{1}");
+            assert!(index.series(tag, &other).is_empty());
+        }
+    }
+    assert!(index.series("no such tag", "x").is_empty());
 }
 
 // ---------- random tables ----------

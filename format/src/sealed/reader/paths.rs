@@ -223,13 +223,53 @@ impl SealedFile {
                     ctxs[i] = q.series_ctx(&self.series[i].key).ok_or_else(bad_key)?;
                 }
             }
-            None => {
-                for i in series {
-                    ctxs[i] = q.series_ctx(&self.series[i].key).ok_or_else(bad_key)?;
+            // A `tag IN (...)` names the only series that can pass: they
+            // are looked up by value (for the predicate naming the fewest),
+            // and no other series key is decoded.
+            None => match self.in_tag_candidates(q) {
+                Some(candidates) => {
+                    for i in candidates.into_iter().filter(|i| series.contains(i)) {
+                        ctxs[i] = q.series_ctx(&self.series[i].key).ok_or_else(bad_key)?;
+                    }
                 }
-            }
+                None => {
+                    for i in series {
+                        ctxs[i] = q.series_ctx(&self.series[i].key).ok_or_else(bad_key)?;
+                    }
+                }
+            },
         }
         Ok(ctxs)
+    }
+
+    /// The series that can pass `q`'s `IN` tag predicate with the fewest of
+    /// them (each holds one of its values), from the file's index of tag
+    /// values; None when `q` has no such predicate (or the index cannot be
+    /// made).
+    fn in_tag_candidates(&self, q: &Query) -> Option<Vec<usize>> {
+        use crate::scan::predicate::TagTest;
+        let mut fewest: Option<Vec<usize>> = None;
+        for p in &q.tags {
+            let TagTest::In(values) = &p.test else {
+                continue;
+            };
+            let index = self.series_by_tag()?;
+            let n: usize = values
+                .iter()
+                .map(|v| index.series(&p.column, v).len())
+                .sum();
+            if fewest.as_ref().is_some_and(|f| f.len() <= n) {
+                continue;
+            }
+            fewest = Some(
+                values
+                    .iter()
+                    .flat_map(|v| index.series(&p.column, v))
+                    .map(|&i| i as usize)
+                    .collect(),
+            );
+        }
+        fewest
     }
 
     /// The groups `group_may_match` keeps, in file order.
