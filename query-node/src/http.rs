@@ -132,7 +132,7 @@ async fn sql(
     }
     let db = database(&params);
     match run_sql(&ctx, &db, &text).await {
-        Ok(SqlAnswer::Rows(schema, batches)) => render(&format, schema, &batches),
+        Ok(SqlAnswer::Rows(schema, batches)) => render(&format, &ctx.schemas, schema, &batches),
         Ok(SqlAnswer::Affected(tag, rows)) => (
             StatusCode::OK,
             axum::Json(json!({ "columns": [], "rows": [], "command": tag, "rows_affected": rows })),
@@ -239,7 +239,12 @@ pub fn json_rows(batches: &[RecordBatch]) -> Result<Vec<Vec<Json>>, Error> {
     Ok(rows)
 }
 
-fn render(format: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Response {
+fn render(
+    format: &str,
+    schemas: &crate::ipc::SchemaMessages,
+    schema: SchemaRef,
+    batches: &[RecordBatch],
+) -> Response {
     let result: Result<Response, Error> = (|| match format {
         "json" => {
             let columns: Vec<Json> = schema
@@ -290,14 +295,7 @@ fn render(format: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Response 
                 .into_response())
         }
         _ => {
-            let mut buf = Vec::new();
-            {
-                let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut buf, &schema)?;
-                for b in batches {
-                    w.write(b)?;
-                }
-                w.finish()?;
-            }
+            let buf = schemas.stream(&schema, batches)?;
             Ok((
                 [(
                     header::CONTENT_TYPE,

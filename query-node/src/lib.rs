@@ -14,6 +14,7 @@ pub mod functions;
 pub mod gapfill;
 pub mod http;
 pub mod insert;
+pub mod ipc;
 #[macro_use]
 mod leaf;
 pub mod lineproto;
@@ -36,4 +37,6 @@ pub use server::{QueryConfig, QueryServer};
 pub struct QueryContext {
     pub shared: catalog::Shared,
     pub sql: Arc<sql::SqlEngine>,
+    /// Encoded schema messages of Arrow answers over HTTP (crate::ipc).
+    pub schemas: ipc::SchemaMessages,
 }

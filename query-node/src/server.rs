@@ -60,6 +60,7 @@ impl QueryServer {
         let ctx = Arc::new(QueryContext {
             shared,
             sql: sql.clone(),
+            schemas: Default::default(),
         });
         let _ = sealion_common::telemetry::prometheus();
 

@@ -1375,6 +1375,49 @@ async fn repeated_queries_reuse_plans_and_still_see_every_change() {
     let together = futures::future::join_all((0..8).map(|_| http.rows("public", all))).await;
     assert!(together.iter().all(|rows| *rows == third), "{together:?}");
 
+    // As Arrow IPC streams: the repeat's stream starts with the schema
+    // message kept from the first, and both read back as the JSON answer.
+    let arrow_answer = || async {
+        let r = http
+            .client
+            .get(format!("{}/api/v1/sql", http.base))
+            .query(&[("db", "public"), ("q", all), ("format", "arrow")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let bytes = r.bytes().await.unwrap();
+        let batches: Vec<arrow::record_batch::RecordBatch> =
+            arrow::ipc::reader::StreamReader::try_new(&bytes[..], None)
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+        let mut rows = Vec::new();
+        for b in &batches {
+            let host = b.column(0).as_any().downcast_ref::<arrow::array::StringArray>();
+            let v = b.column(1).as_any().downcast_ref::<arrow::array::Float64Array>();
+            let (host, v) = (host.unwrap(), v.unwrap());
+            for i in 0..b.num_rows() {
+                rows.push((host.value(i).to_string(), v.value(i)));
+            }
+        }
+        (bytes, rows)
+    };
+    let (first_bytes, first_rows) = arrow_answer().await;
+    let kept_schemas = counter(http, "sealion_query_schema_messages_reused_total").await;
+    let (again_bytes, _) = arrow_answer().await;
+    assert_eq!(
+        counter(http, "sealion_query_schema_messages_reused_total").await,
+        kept_schemas + 1.0,
+        "the repeat's schema message was the kept one"
+    );
+    assert_eq!(first_bytes, again_bytes);
+    let json: Vec<(String, f64)> = third
+        .iter()
+        .map(|r| (r[0].as_str().unwrap().to_string(), r[1].as_f64().unwrap()))
+        .collect();
+    assert_eq!(first_rows, json);
+
     // A new column changes the catalog: `SELECT *` sees it at once.
     let star = "SELECT * FROM m ORDER BY host";
     let before = http.rows("public", star).await;
