@@ -26,8 +26,8 @@ use arrow::record_batch::RecordBatch;
 /// Schema messages kept at most; a full set is emptied before the next one
 /// goes in.
 pub const MAX_SCHEMAS: usize = 64;
-/// Answers whose batches hold more than this many bytes are written by
-/// `StreamWriter` alone.
+/// Answers whose rows hold more than this many bytes (`batch_bytes`) are
+/// written by `StreamWriter` alone.
 pub const MAX_SMALL_ANSWER_BYTES: usize = 64 * 1024;
 /// The end of a stream (IPC metadata version 5, the default): the
 /// continuation marker and a zero length.
@@ -45,7 +45,9 @@ impl SchemaMessages {
         schema: &SchemaRef,
         batches: &[RecordBatch],
     ) -> Result<Vec<u8>, ArrowError> {
-        let bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
+        // The rows' bytes, not the capacity under them: an answer cut from
+        // a larger batch (a LIMIT) is as small as its rows.
+        let bytes = batches.iter().map(sealion_format::batch_bytes).sum::<u64>() as usize;
         if bytes > MAX_SMALL_ANSWER_BYTES || has_dictionary(schema) {
             return plain_stream(schema, batches);
         }
