@@ -266,6 +266,7 @@ struct NodeCounters {
     pages_decoded: Count,
     partitions_read: Count,
     scan_threads: Count,
+    series_settled: Count,
 }
 
 impl NodeCounters {
@@ -279,6 +280,7 @@ impl NodeCounters {
             pages_decoded: c("pages_decoded"),
             partitions_read: c("partitions_read"),
             scan_threads: c("scan_threads"),
+            series_settled: c("series_settled"),
         }
     }
 
@@ -290,6 +292,7 @@ impl NodeCounters {
         self.pages_decoded.add(m.pages_decoded as usize);
         self.partitions_read.add(m.partitions_scanned as usize);
         self.scan_threads.add(m.scan_threads as usize);
+        self.series_settled.add(m.series_settled_before as usize);
     }
 }
 

@@ -1260,12 +1260,7 @@ impl Engine {
         // with the row groups it reads of each: read once the partitions
         // have been walked, shared out over the threads.
         let mut files: Vec<(Arc<SealedFile>, Vec<usize>)> = Vec::new();
-        // A partition named twice is read once.
-        let mut seen = std::collections::HashSet::new();
-        for &pid in &req.partition_ids {
-            if !seen.insert(pid) {
-                continue;
-            }
+        for pid in self.walk_order(&req.partition_ids, &query)? {
             if out.done() {
                 break;
             }
@@ -1314,6 +1309,25 @@ impl Engine {
         Metrics::add_proto(&mut metrics, &parts);
         metrics.scan_threads = metrics.scan_threads.max(1);
         Ok(metrics)
+    }
+
+    /// The partitions a scan walks, each once, in the order asked, except
+    /// that a scan of each series' newest rows walks them newest first:
+    /// partitions with no sealed file (open, so the newest), then sealed
+    /// ones by their newest row. Their time ranges do not overlap, so a
+    /// series that newer partitions gave all the rows it keeps is passed
+    /// over in the older files (`Output::series_settled`). The answer is
+    /// the same in any order; the order decides only how much is read.
+    fn walk_order(&self, ids: &[u64], query: &Query) -> Result<Vec<u64>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut ids: Vec<u64> = ids.iter().copied().filter(|&p| seen.insert(p)).collect();
+        if matches!(query.mode, Mode::Last { .. }) && ids.len() > 1 {
+            let sealed = self.sealed.read().map_err(|_| poisoned())?;
+            ids.sort_by_key(|p| {
+                std::cmp::Reverse(sealed.get(p).map_or(i64::MAX, |f| f.summary().max_time_ns))
+            });
+        }
+        Ok(ids)
     }
 
     /// Rows of a partition in RocksDB: all its rows while it is open, its
@@ -1903,28 +1917,39 @@ mod tests {
 
     /// Every row a full scan returns, as (host, time, v), sorted.
     fn all_rows(e: &Engine, pids: Vec<u64>) -> Vec<(Option<String>, i64, Option<f64>)> {
-        let mut out = Vec::new();
-        e.scan(&req(pids), |b| {
-            let t = b
-                .column(0)
-                .as_any()
-                .downcast_ref::<TimestampNanosecondArray>()
-                .unwrap();
-            let h = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
-            let v = b.column(2).as_any().downcast_ref::<Float64Array>().unwrap();
-            for i in 0..b.num_rows() {
-                use arrow::array::Array;
-                out.push((
-                    (!h.is_null(i)).then(|| h.value(i).to_string()),
-                    t.value(i),
-                    (!v.is_null(i)).then(|| v.value(i)),
-                ));
-            }
-            true
-        })
-        .unwrap();
+        let mut out = answer_rows(e, &req(pids)).0;
         out.sort_by(|a, b| a.partial_cmp(b).unwrap());
         out
+    }
+
+    /// The rows `r` answers, as (host, time, v) in answer order, and the
+    /// scan's counters.
+    fn answer_rows(
+        e: &Engine,
+        r: &ScanRequest,
+    ) -> (Vec<(Option<String>, i64, Option<f64>)>, ScanMetrics) {
+        let mut out = Vec::new();
+        let m = e
+            .scan(r, |b| {
+                let t = b
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<TimestampNanosecondArray>()
+                    .unwrap();
+                let h = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+                let v = b.column(2).as_any().downcast_ref::<Float64Array>().unwrap();
+                for i in 0..b.num_rows() {
+                    use arrow::array::Array;
+                    out.push((
+                        (!h.is_null(i)).then(|| h.value(i).to_string()),
+                        t.value(i),
+                        (!v.is_null(i)).then(|| v.value(i)),
+                    ));
+                }
+                true
+            })
+            .unwrap();
+        (out, m)
     }
 
     type Model = std::collections::BTreeMap<(String, i64), f64>;
@@ -3037,5 +3062,138 @@ mod tests {
         assert_eq!(e.partition_ids().unwrap(), vec![7]);
         assert_eq!(e.stats(3).unwrap().rows, 0);
         assert_eq!(e.stats(7).unwrap().rows, 1);
+    }
+
+    /// A request for each series' `n` newest rows in `[start, end)` with
+    /// `v > above` (when given), over `pids` in that order.
+    fn newest_req(pids: Vec<u64>, n: u64, start: i64, end: i64, above: Option<f64>) -> ScanRequest {
+        use sealion_common::proto::{
+            CompareOp, FieldCompare, FieldPredicate, Literal, field_predicate, literal,
+        };
+        ScanRequest {
+            last_per_series: true,
+            rows_per_series: n,
+            start_ns: start,
+            end_ns: end,
+            field_predicate: above.map(|a| FieldPredicate {
+                expr: Some(field_predicate::Expr::Compare(FieldCompare {
+                    column: "v".into(),
+                    op: CompareOp::CmpGt as i32,
+                    value: Some(Literal {
+                        value: Some(literal::Value::F64(a)),
+                    }),
+                })),
+            }),
+            ..req(pids)
+        }
+    }
+
+    /// Partition of a row at time `t` in the tests below: ten time units
+    /// each, ids 10 and up, so their time ranges do not overlap.
+    fn partition_of(t: i64) -> u64 {
+        10 + (t / 10) as u64
+    }
+
+    /// Writes `model` into its partitions and seals those `sealed` names
+    /// (by partition index); returns the partition ids written.
+    fn write_partitions(e: &Engine, model: &Model, sealed: &[bool]) -> Vec<u64> {
+        let cols = columns();
+        let mut parts: std::collections::BTreeMap<u64, Vec<(&str, i64, f64)>> = Default::default();
+        for ((h, t), v) in model {
+            parts
+                .entry(partition_of(*t))
+                .or_default()
+                .push((h.as_str(), *t, *v));
+        }
+        for (pid, rows) in &parts {
+            e.write(&cols, &[(*pid, vec![batch(rows)])]).unwrap();
+            if sealed.get((*pid - 10) as usize).copied().unwrap_or(false) {
+                e.seal(*pid, &cols).unwrap();
+            }
+        }
+        parts.keys().copied().collect()
+    }
+
+    /// `ids` in a random order.
+    fn shuffled(ids: std::ops::Range<u64>) -> impl proptest::strategy::Strategy<Value = Vec<u64>> {
+        use proptest::strategy::{Just, Strategy};
+        Just(ids.collect::<Vec<_>>()).prop_shuffle()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// Each series' newest rows over partitions of disjoint time ranges,
+        /// some sealed and some open, named in any order: the answer is the
+        /// plain model's (per host, the newest `n` rows in the range that
+        /// pass the filter, in (host, time) order), whichever partitions
+        /// the newer ones let the scan pass over.
+        #[test]
+        fn newest_rows_of_each_series_across_partitions_equal_a_plain_model(
+            rows in proptest::collection::vec((0u8..4, 0i64..60, -100.0f64..100.0), 1..80),
+            sealed in proptest::collection::vec(proptest::bool::ANY, 6),
+            order in shuffled(10..16),
+            n in 1u64..5,
+            start in -5i64..60,
+            width in 0i64..70,
+            above in proptest::option::of(-100.0f64..100.0),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let e = Engine::open(dir.path()).unwrap();
+            let model: Model = rows.iter().map(|&(h, t, v)| ((format!("h{h}"), t), v)).collect();
+            write_partitions(&e, &model, &sealed);
+            let end = start + width;
+            let mut want = Vec::new();
+            for h in 0..4u8 {
+                let host = format!("h{h}");
+                let mut mine: Vec<(Option<String>, i64, Option<f64>)> = model
+                    .iter()
+                    .filter(|((x, t), v)| {
+                        *x == host && (start..end).contains(t) && above.is_none_or(|a| **v > a)
+                    })
+                    .map(|((x, t), v)| (Some(x.clone()), *t, Some(*v)))
+                    .collect();
+                let keep = mine.len().saturating_sub(n as usize);
+                want.extend(mine.drain(keep..));
+            }
+            let (got, _) = answer_rows(&e, &newest_req(order.clone(), n, start, end, above));
+            proptest::prop_assert_eq!(got, want, "order {:?}", order);
+        }
+    }
+
+    /// Newest first, a series the newest partition gave all its rows is
+    /// passed over in every older sealed file: the scan decodes no more
+    /// pages than a scan of the newest partition alone, whatever order the
+    /// partitions are named in.
+    #[test]
+    fn newest_rows_of_each_series_read_only_the_newest_partition_that_holds_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(dir.path()).unwrap();
+        // Four hosts, a row every time unit for 60 units: six partitions of
+        // ten rows a host, all sealed.
+        let model: Model = (0..4)
+            .flat_map(|h| {
+                (0..60).map(move |t| ((format!("h{h}"), t), f64::from(h * 100) + t as f64))
+            })
+            .collect();
+        let pids = write_partitions(&e, &model, &[true; 6]);
+        assert_eq!(pids, (10..16).collect::<Vec<_>>());
+        let newest = answer_rows(&e, &newest_req(vec![15], 3, i64::MIN, i64::MAX, None));
+        assert!(newest.1.pages_decoded > 0, "{:?}", newest.1);
+        for order in [pids.clone(), pids.iter().rev().copied().collect()] {
+            let (rows, m) =
+                answer_rows(&e, &newest_req(order.clone(), 3, i64::MIN, i64::MAX, None));
+            assert_eq!(rows, newest.0, "{order:?}");
+            assert_eq!(rows.len(), 12);
+            assert_eq!(m.partitions_scanned, 6);
+            assert_eq!(m.series_settled_before, 4 * 5, "{order:?}: {m:?}");
+            assert_eq!(m.pages_decoded, newest.1.pages_decoded, "{order:?}: {m:?}");
+        }
+        // A time range that ends in the third partition: the three newer
+        // ones hold no row in it and settle nothing; the third settles
+        // every series, so the two oldest are passed over.
+        let (rows, m) = answer_rows(&e, &newest_req(pids.clone(), 3, i64::MIN, 30, None));
+        assert_eq!(rows.len(), 12);
+        assert!(rows.iter().all(|r| (27..30).contains(&r.1)), "{rows:?}");
+        assert_eq!(m.series_settled_before, 4 * 2, "{m:?}");
     }
 }

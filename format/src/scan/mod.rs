@@ -421,6 +421,7 @@ pub struct Metrics {
     pub pages_skipped: Cell<u64>,
     pub pages_from_stats: Cell<u64>,
     pub last_points_from_directory: Cell<u64>,
+    pub series_settled_before: Cell<u64>,
     pub rows_scanned: Cell<u64>,
     pub rows_matched: Cell<u64>,
     pub rows_returned: Cell<u64>,
@@ -450,6 +451,7 @@ impl Metrics {
             rows_returned,
             bytes_returned,
             scan_threads,
+            series_settled_before,
         } = *part;
         let add = |c: &mut u64, n: u64| *c = c.saturating_add(n);
         add(&mut into.partitions_scanned, partitions_scanned);
@@ -466,6 +468,7 @@ impl Metrics {
         add(&mut into.rows_returned, rows_returned);
         add(&mut into.bytes_returned, bytes_returned);
         add(&mut into.scan_threads, scan_threads);
+        add(&mut into.series_settled_before, series_settled_before);
     }
 
     pub fn to_proto(&self) -> ScanMetrics {
@@ -484,6 +487,7 @@ impl Metrics {
             rows_returned: self.rows_returned.get(),
             bytes_returned: 0,
             scan_threads: 0,
+            series_settled_before: self.series_settled_before.get(),
         }
     }
 }
@@ -646,6 +650,21 @@ impl<'a> Output<'a> {
     /// Rows a rows-mode scan may still hand on.
     pub fn room(&self) -> u64 {
         self.query.limit.saturating_sub(self.emitted)
+    }
+
+    /// For a scan of each series' newest rows: true when `series` already
+    /// holds all the rows it keeps and the oldest of them is no older than
+    /// `newest_ns`. A row of the series at or before `newest_ns` then
+    /// cannot enter the answer (a row as old as the oldest kept one does
+    /// not replace it), so a part whose rows of the series all lie there
+    /// (an older partition's file) need not be read for it.
+    pub fn series_settled(&self, series: &[u8], newest_ns: i64) -> bool {
+        match &self.collector {
+            Collector::Last { rows, best } => best.get(series).is_some_and(|kept| {
+                kept.len() >= *rows && kept.last().is_some_and(|o| o.time_ns >= newest_ns)
+            }),
+            _ => false,
+        }
     }
 
     /// For a time-ordered scan whose heap is full, the time of the last row

@@ -1249,6 +1249,12 @@ impl SealedFile {
             if !ctx.passes || info.rows == 0 {
                 continue;
             }
+            // Settled by a newer partition read before this file: none of
+            // the series' rows here can enter the answer.
+            if out.series_settled(&info.key, info.last_time_ns) {
+                Metrics::add(&out.metrics.series_settled_before, 1);
+                continue;
+            }
             // The directory holds each series' last row: it answers for
             // one row per series.
             if rows == 1 && self.push_directory_last(out, s, ctx)? {
