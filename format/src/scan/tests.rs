@@ -1234,6 +1234,48 @@ fn newest_rows_of_each_series_read_only_the_row_groups_that_hold_them() {
     }
 }
 
+/// The time-ordered and last-point paths decode the pages of the projected
+/// fields only: asked for `time` and `usage`, a scan of each series'
+/// newest rows and a newest-first `LIMIT` decode the time and usage pages
+/// of the rows they keep, not the other fields' (the answers are the row
+/// path's either way).
+#[test]
+fn kept_rows_decode_only_the_projected_fields() {
+    let rows = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    let file = seal(dir.path(), &rows, 100, 50);
+    // host, region, time, usage, count, idle: time and usage alone.
+    let narrow = vec![false, false, true, true, false, false];
+    let mut last = plain_req();
+    last.last_per_series = true;
+    last.rows_per_series = 3;
+    let mut newest = plain_req();
+    newest.order = ScanOrder::OrderTimeDesc as i32;
+    newest.limit = 5;
+    for whole in [last, newest] {
+        let mut req = whole.clone();
+        req.projection = whole
+            .projection
+            .iter()
+            .zip(&narrow)
+            .filter(|&(_, &keep)| keep)
+            .map(|(c, _)| c.clone())
+            .collect();
+        let (all, m_all) = run_sealed(&whole, &file);
+        let (some, m_some) = run_sealed(&req, &file);
+        assert_eq!(batch_rows(&some), batch_rows(&run_plain(&req, &rows).0));
+        assert_eq!(batch_rows(&all), batch_rows(&run_plain(&whole, &rows).0));
+        // `count` and `idle` (all null here: no page, or pages of nulls)
+        // add pages to the whole projection only.
+        assert!(m_some.pages_decoded > 0, "{m_some:?}");
+        assert!(
+            m_some.pages_decoded < m_all.pages_decoded,
+            "{m_some:?} against {m_all:?}"
+        );
+        assert_eq!(m_some.rows_matched, m_all.rows_matched);
+    }
+}
+
 #[test]
 fn a_one_series_scan_skips_the_other_series_row_groups() {
     let rows = fleet();

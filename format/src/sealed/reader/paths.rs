@@ -1285,9 +1285,7 @@ impl SealedFile {
         for &s in &pending {
             need[s] = rows;
         }
-        let fields: Vec<usize> = (0..self.specs.len())
-            .filter(|&c| self.specs[c].role == ChunkRole::Field)
-            .collect();
+        let fields = self.kept_fields(q);
         for (&g, series) in by_group.iter().rev() {
             if out.done() {
                 break;
@@ -1409,9 +1407,7 @@ impl SealedFile {
             order.sort_by_key(|&g| self.groups[g].min_time_ns);
         }
         let limit = usize::try_from(q.limit).unwrap_or(usize::MAX);
-        let fields: Vec<usize> = (0..self.specs.len())
-            .filter(|&c| self.specs[c].role == ChunkRole::Field)
-            .collect();
+        let fields = self.kept_fields(q);
         let mut touched = 0;
         for g in order {
             if out.done() {
@@ -1462,6 +1458,21 @@ impl SealedFile {
             }
         }
         Ok(touched)
+    }
+
+    /// The field chunks a row kept by the time-ordered and last-point
+    /// paths takes its value from: the projected ones. The rows already
+    /// passed the filter, and the answer is built from the projected
+    /// columns alone (a field missing from a kept value is read as null
+    /// only where it is not projected), so the other fields' pages stay
+    /// encoded.
+    fn kept_fields(&self, q: &Query) -> Vec<usize> {
+        (0..self.specs.len())
+            .filter(|&c| {
+                self.specs[c].role == ChunkRole::Field
+                    && q.projection.iter().any(|p| p.name == self.specs[c].name)
+            })
+            .collect()
     }
 
     /// Decodes the time pages and the field pages `fields` of group `g`
