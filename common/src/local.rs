@@ -24,8 +24,16 @@ pub type ScanItems = BoxStream<'static, Result<ScanItem, tonic::Status>>;
 /// Scans served in this process.
 pub trait LocalScans: Send + Sync {
     /// Starts the scan a `DoGet` with this ticket would start, with the
-    /// same errors.
-    fn scan(&self, request: ScanRequest) -> Result<ScanItems, tonic::Status>;
+    /// same errors and the same answer. `deadline` is when the query it
+    /// serves must have ended: a scan run where the caller polls it (not
+    /// on a thread of its own) cannot be dropped while it runs, so it
+    /// stops there itself and ends in `DEADLINE_EXCEEDED`, never in a
+    /// shorter answer.
+    fn scan(
+        &self,
+        request: ScanRequest,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<ScanItems, tonic::Status>;
 }
 
 /// Writes served in this process.

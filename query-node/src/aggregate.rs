@@ -934,7 +934,9 @@ impl ExecutionPlan for SealionAggregateExec {
         let stream = futures::stream::once(async move {
             let merged = async {
                 match stepped {
-                    Some((limit, scan)) => merge_in_steps(&scan, limit, &mut merger).await?,
+                    Some((limit, scan)) => {
+                        merge_in_steps(&scan, limit, &mut merger, &context).await?
+                    }
                     None => {
                         let mut all = futures::stream::select_all(inputs);
                         while let Some(batch) = all.next().await {
@@ -1026,6 +1028,7 @@ async fn merge_in_steps(
     scan: &SealionScanExec,
     limit: BucketLimit,
     merger: &mut Merger,
+    context: &TaskContext,
 ) -> DfResult<()> {
     let ranges = scan.step_ranges();
     let plan = sealion_format::scan::AggPlan {
@@ -1036,7 +1039,7 @@ async fn merge_in_steps(
         states_as_answers: false,
     };
     for step in 0..ranges.len() {
-        let mut answers = scan.execute_step(step);
+        let mut answers = scan.execute_step(step, context);
         while let Some(batch) = answers.next().await {
             merger.add(&batch?)?;
         }

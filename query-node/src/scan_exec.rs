@@ -34,6 +34,21 @@ use sealion_common::proto::{ScanMetrics, ScanRequest};
 
 use crate::router::StorageClients;
 
+/// When the query a task context runs must have ended (see
+/// [`crate::sql::SqlEngine::deadline`]), carried as an extension of the
+/// context's session config so a scan can tell a storage node in this
+/// process that runs it in place.
+#[derive(Debug, Clone, Copy)]
+pub struct QueryDeadline(pub std::time::Instant);
+
+/// The deadline `context` carries, if any.
+pub fn deadline_of(context: &TaskContext) -> Option<std::time::Instant> {
+    context
+        .session_config()
+        .get_extension::<QueryDeadline>()
+        .map(|d| d.0)
+}
+
 /// One storage node's share of a scan.
 #[derive(Debug, Clone)]
 pub struct NodeScan {
@@ -200,14 +215,15 @@ impl SealionScanExec {
 
     /// The answers to step `step`'s requests (all of them at once),
     /// counted in this scan's metrics as output partition 0.
-    pub fn execute_step(&self, step: usize) -> SendableRecordBatchStream {
+    pub fn execute_step(&self, step: usize, context: &TaskContext) -> SendableRecordBatchStream {
         let counters = Arc::new(NodeCounters::new(&self.metrics, 0));
+        let deadline = deadline_of(context);
         let streams: Vec<_> = self
             .nodes
             .iter()
             .zip(&self.steps.of_nodes)
             .filter(|&(_, &s)| s == step)
-            .map(|(node, _)| node_stream(&self.storage, node.clone(), counters.clone()))
+            .map(|(node, _)| node_stream(&self.storage, node.clone(), counters.clone(), deadline))
             .collect();
         Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
@@ -347,12 +363,13 @@ impl ExecutionPlan for SealionScanExec {
     fn execute(
         &self,
         partition: usize,
-        _context: Arc<TaskContext>,
+        context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let counters = Arc::new(NodeCounters::new(&self.metrics, partition));
+        let deadline = deadline_of(&context);
         let stream = match self.schedule {
             Schedule::Parallel => match self.nodes.get(partition).cloned() {
-                Some(node) => node_stream(&self.storage, node, counters),
+                Some(node) => node_stream(&self.storage, node, counters, deadline),
                 None => futures::stream::empty().boxed(),
             },
             Schedule::Ordered { limit } => {
@@ -363,7 +380,7 @@ impl ExecutionPlan for SealionScanExec {
                     }
                     steps[step].push(node.clone());
                 }
-                ordered_stream(self.storage.clone(), steps, limit, counters).boxed()
+                ordered_stream(self.storage.clone(), steps, limit, counters, deadline).boxed()
             }
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -384,6 +401,7 @@ fn node_stream(
     storage: &StorageClients,
     node: NodeScan,
     counters: Arc<NodeCounters>,
+    deadline: Option<std::time::Instant>,
 ) -> futures::stream::BoxStream<'static, DfResult<RecordBatch>> {
     let (node_id, addr) = (node.node_id, node.addr.clone());
     let unavailable = move |status: tonic::Status| {
@@ -395,12 +413,8 @@ fn node_stream(
     let items = if let Some(local) = storage.local(&node.addr) {
         let scans = local.scans.clone();
         futures::stream::once(async move {
-            let items = scans.scan(node.ticket).map_err(unavailable)?;
-            Ok::<_, DataFusionError>(
-                items.map_err(|s| {
-                    DataFusionError::External(Box::new(FlightError::Tonic(Box::new(s))))
-                }),
-            )
+            let items = scans.scan(node.ticket, deadline).map_err(unavailable)?;
+            Ok::<_, DataFusionError>(items.map_err(local_scan_error))
         })
         .try_flatten()
         .boxed()
@@ -473,6 +487,16 @@ fn batches_of(
     .boxed()
 }
 
+/// An error a storage node in this process ended its scan with: a passed
+/// deadline as the query's timeout (SQLSTATE 57014), the rest as a node's
+/// errors over Flight.
+fn local_scan_error(status: tonic::Status) -> DataFusionError {
+    if status.code() == tonic::Code::DeadlineExceeded {
+        return DataFusionError::External(Box::new(crate::sql::timed_out()));
+    }
+    DataFusionError::External(Box::new(FlightError::Tonic(Box::new(status))))
+}
+
 /// Steps run one after another (the requests within a step at once) until
 /// `limit` rows have arrived.
 fn ordered_stream(
@@ -480,6 +504,7 @@ fn ordered_stream(
     steps: Vec<Vec<NodeScan>>,
     limit: u64,
     counters: Arc<NodeCounters>,
+    deadline: Option<std::time::Instant>,
 ) -> impl futures::Stream<Item = DfResult<RecordBatch>> + Send + 'static {
     let state = (steps.into_iter(), 0u64);
     futures::stream::unfold(state, move |(mut steps, rows)| {
@@ -492,7 +517,7 @@ fn ordered_stream(
             let step = steps.next()?;
             let streams: Vec<_> = step
                 .into_iter()
-                .map(|n| node_stream(&storage, n, counters.clone()))
+                .map(|n| node_stream(&storage, n, counters.clone(), deadline))
                 .collect();
             let batches: DfResult<Vec<RecordBatch>> =
                 futures::stream::select_all(streams).try_collect().await;
@@ -509,4 +534,33 @@ fn ordered_stream(
     })
     .map_ok(|batches| futures::stream::iter(batches.into_iter().map(Ok)))
     .try_flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scan that a storage node in this process stopped at the query's
+    /// deadline reaches the client as the statement timeout (57014, HTTP
+    /// 504); its other errors stay what they were.
+    #[test]
+    fn a_local_scan_past_its_deadline_is_the_statement_timeout() {
+        let e = crate::Error::from(local_scan_error(tonic::Status::deadline_exceeded("late")));
+        assert_eq!(e.sqlstate(), "57014", "{e}");
+        assert!(matches!(e, crate::Error::Timeout(_)), "{e}");
+        let e = crate::Error::from(local_scan_error(tonic::Status::internal("disk")));
+        assert!(!matches!(e, crate::Error::Timeout(_)), "{e}");
+        assert!(e.to_string().contains("disk"), "{e}");
+    }
+
+    /// The deadline a query's task context carries reaches its scans.
+    #[test]
+    fn a_task_context_carries_the_query_deadline() {
+        let at = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let config =
+            datafusion::prelude::SessionConfig::new().with_extension(Arc::new(QueryDeadline(at)));
+        let context = TaskContext::default().with_session_config(config);
+        assert_eq!(deadline_of(&context), Some(at));
+        assert_eq!(deadline_of(&TaskContext::default()), None);
+    }
 }

@@ -85,6 +85,12 @@ impl Rows {
 
     /// Plans the rows physically and starts them.
     pub async fn execute_stream(self) -> Result<SendableRecordBatchStream> {
+        self.start(None).await
+    }
+
+    /// [`Rows::execute_stream`], its operators told the query's deadline
+    /// (a scan run in place stops there by itself).
+    async fn start(self, deadline: Option<Instant>) -> Result<SendableRecordBatchStream> {
         match self {
             Rows::Planned {
                 state,
@@ -110,7 +116,10 @@ impl Rows {
                         plan
                     }
                 };
-                Ok(execute_stream(plan, task_context(&state, runtime))?)
+                Ok(execute_stream(
+                    plan,
+                    task_context(&state, runtime, deadline),
+                )?)
             }
             Rows::Frame(df) => Ok(df.execute_stream().await?),
         }
@@ -128,11 +137,11 @@ impl Rows {
         self,
         deadline: Option<Instant>,
     ) -> Result<SendableRecordBatchStream> {
-        let Some(deadline) = deadline else {
+        let Some(at) = deadline else {
             return self.execute_stream().await;
         };
-        let deadline = tokio::time::Instant::from_std(deadline);
-        let stream = tokio::time::timeout_at(deadline, self.execute_stream())
+        let deadline = tokio::time::Instant::from_std(at);
+        let stream = tokio::time::timeout_at(deadline, self.start(Some(at)))
             .await
             .map_err(|_| timed_out())??;
         let schema = stream.schema();
@@ -157,7 +166,7 @@ impl Rows {
     }
 }
 
-fn timed_out() -> Error {
+pub(crate) fn timed_out() -> Error {
     Error::Timeout(
         "canceling statement due to statement timeout (--query-timeout-secs, or the \
          session's statement_timeout)"
@@ -165,19 +174,28 @@ fn timed_out() -> Error {
     )
 }
 
-/// The context a query's operators run in: the session's id and options
-/// and the query's own runtime (its memory pool).
+/// The context a query's operators run in: the session's id and options,
+/// the query's own runtime (its memory pool) and its deadline
+/// ([`crate::scan_exec::QueryDeadline`]).
 ///
 /// It carries no function registry. Operators never look functions up
 /// while they run (planning resolved every call to its implementation),
 /// and `TaskContext::from(&SessionState)` copies the registry, some 600
 /// names, for every query: with the copy of the whole state that planning
 /// needs, more than a small answer costs.
-fn task_context(state: &SessionState, runtime: Arc<RuntimeEnv>) -> Arc<TaskContext> {
+fn task_context(
+    state: &SessionState,
+    runtime: Arc<RuntimeEnv>,
+    deadline: Option<Instant>,
+) -> Arc<TaskContext> {
+    let mut config = state.config().clone();
+    if let Some(at) = deadline {
+        config = config.with_extension(Arc::new(crate::scan_exec::QueryDeadline(at)));
+    }
     Arc::new(TaskContext::new(
         None,
         state.session_id().to_string(),
-        state.config().clone(),
+        config,
         Default::default(),
         Default::default(),
         Default::default(),

@@ -583,33 +583,78 @@ struct StartedScan {
     metrics: tokio::sync::oneshot::Receiver<ScanMetrics>,
 }
 
-/// Checks and compiles `scan` and starts it on a blocking thread: what a
-/// `DoGet` and a scan from a query node in this process share.
-fn start_scan(ctx: &NodeContext, scan: ScanRequest) -> Result<StartedScan, Status> {
+/// What a scan needs of its node: the engine and the threads it may use.
+#[derive(Clone)]
+struct Scanner {
+    engine: Engine,
+    budget: Arc<crate::engine::ScanThreadBudget>,
+    /// Threads one scan may use at most (its own included).
+    threads: usize,
+}
+
+impl Scanner {
+    fn of(ctx: &NodeContext) -> Scanner {
+        Scanner {
+            engine: ctx.engine.clone(),
+            budget: ctx.scan_budget.clone(),
+            threads: ctx.scan_threads,
+        }
+    }
+
+    /// Runs `scan` on this thread with the extra threads free now (taken
+    /// when it starts, given back when it ends), handing each batch to
+    /// `emit`; its counters on success, the bytes of its batches counted.
+    fn run(
+        &self,
+        scan: &ScanRequest,
+        cancelled: &(dyn Fn() -> bool + Sync),
+        mut emit: impl FnMut(RecordBatch) -> bool + Send,
+    ) -> Result<ScanMetrics> {
+        let permit = self.budget.take(self.threads.saturating_sub(1));
+        let mut bytes = 0u64;
+        let mut m = self
+            .engine
+            .scan_until(scan, permit.threads(), cancelled, |batch| {
+                bytes += sealion_format::batch_bytes(&batch);
+                emit(batch)
+            })?;
+        m.bytes_returned = bytes;
+        Ok(m)
+    }
+}
+
+/// Adds a finished scan's counters to the node's.
+fn count_scan(m: &ScanMetrics) {
+    metrics::counter!("sealion_storage_rows_scanned_total").increment(m.rows_scanned);
+    metrics::counter!("sealion_storage_rows_returned_total").increment(m.rows_returned);
+    metrics::counter!("sealion_storage_pages_decoded_total").increment(m.pages_decoded);
+}
+
+/// Checks and compiles `scan`: its query and the schema of its batches.
+fn compile_scan(scan: &ScanRequest) -> Result<(Query, arrow::datatypes::SchemaRef), Status> {
     if scan.table_columns.is_empty() {
         return Err(Status::invalid_argument(
             "scan ticket names no table columns",
         ));
     }
-    let query = Query::compile(&scan).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let query = Query::compile(scan).map_err(|e| Status::invalid_argument(e.to_string()))?;
     let schema = match &query.mode {
         Mode::Aggregate(plan) => aggregate_schema(plan),
         _ => arrow_schema(&scan.projection),
     };
+    Ok((query, schema))
+}
+
+/// Checks and compiles `scan` and starts it on a blocking thread: what a
+/// `DoGet` and a scan from a query node in this process share.
+fn start_scan(scanner: Scanner, scan: ScanRequest) -> Result<StartedScan, Status> {
+    let (_, schema) = compile_scan(&scan)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, Status>>(SCAN_CHANNEL_BATCHES);
     let (metrics_tx, metrics_rx) = tokio::sync::oneshot::channel::<ScanMetrics>();
-    let engine = ctx.engine.clone();
-    let budget = ctx.scan_budget.clone();
-    let want = ctx.scan_threads.saturating_sub(1);
     tokio::task::spawn_blocking(move || {
-        // Taken when the scan starts, given back when it ends.
-        let permit = budget.take(want);
-        let threads = permit.threads();
-        let mut bytes = 0u64;
         let mut gave_up = false;
         let handle = tokio::runtime::Handle::current();
-        let result = engine.scan_until(&scan, threads, &|| tx.is_closed(), |batch| {
-            bytes += sealion_format::batch_bytes(&batch);
+        let result = scanner.run(&scan, &|| tx.is_closed(), |batch| {
             // A reader that stops reading for this long loses its scan
             // (and this thread and the snapshot it holds are freed).
             match handle.block_on(tx.send_timeout(Ok(batch), SCAN_SEND_TIMEOUT)) {
@@ -629,11 +674,8 @@ fn start_scan(ctx: &NodeContext, scan: ScanRequest) -> Result<StartedScan, Statu
                     "a scan's reader took no batch for {SCAN_SEND_TIMEOUT:?}: scan ended"
                 );
             }
-            Ok(mut m) => {
-                m.bytes_returned = bytes;
-                metrics::counter!("sealion_storage_rows_scanned_total").increment(m.rows_scanned);
-                metrics::counter!("sealion_storage_rows_returned_total").increment(m.rows_returned);
-                metrics::counter!("sealion_storage_pages_decoded_total").increment(m.pages_decoded);
+            Ok(m) => {
+                count_scan(&m);
                 let _ = metrics_tx.send(m);
             }
             Err(e) => {
@@ -648,19 +690,129 @@ fn start_scan(ctx: &NodeContext, scan: ScanRequest) -> Result<StartedScan, Statu
     })
 }
 
-/// Scans for a query node in this process: the same scan as `DoGet`, its
-/// batches handed over as they are.
-impl LocalScans for FlightScanService {
-    fn scan(&self, request: ScanRequest) -> Result<ScanItems, Status> {
-        let started = start_scan(&self.ctx, request)?;
-        let trailer = futures::stream::once(started.metrics)
-            .filter_map(|m| async move { m.ok().map(|m| Ok(ScanItem::Metrics(m))) });
-        Ok(started
-            .batches
-            .map_ok(ScanItem::Batch)
-            .chain(trailer)
-            .boxed())
+/// How often (in calls) an in-place scan's stop check reads the clock:
+/// open partitions ask once a row.
+const DEADLINE_CHECK_CALLS: u32 = 64;
+
+/// Whether `query` is answered whole before its first batch leaves the
+/// node (aggregate states, each series' newest rows, the first rows by
+/// time): then a scan in the caller's thread holds no more memory than the
+/// node builds anyway, and nothing is gained by streaming it.
+fn answered_whole(query: &Query) -> bool {
+    match query.mode {
+        Mode::Aggregate(_) | Mode::Last { .. } | Mode::Ordered { .. } => true,
+        Mode::Rows => false,
     }
+}
+
+/// Whether this thread may run a blocking scan in place: a worker of a
+/// multi-threaded runtime (which hands its other tasks to another worker
+/// meanwhile) or a thread of no runtime.
+fn may_block_in_place() -> bool {
+    tokio::runtime::Handle::try_current().map_or(true, |h| {
+        h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+    })
+}
+
+/// `scan` run where the returned stream is first polled (tokio's
+/// `block_in_place`), its answer then yielded from memory: no blocking
+/// thread to wake and none to wake the caller back, which for a small
+/// answer (a last point, a one-hour aggregate) is a good part of its time.
+///
+/// The stream cannot be dropped while the scan runs, so the scan stops by
+/// itself once `deadline` passes and the stream ends in
+/// `DEADLINE_EXCEEDED` (no batches, no counters). A client that goes away
+/// is seen when the scan has ended, as with any other operator of a query.
+fn scan_in_place(
+    scanner: Scanner,
+    scan: ScanRequest,
+    deadline: Option<std::time::Instant>,
+) -> ScanItems {
+    futures::stream::once(async move {
+        let items = tokio::task::block_in_place(|| run_in_place(&scanner, &scan, deadline));
+        futures::stream::iter(items)
+    })
+    .flatten()
+    .boxed()
+}
+
+/// The items of [`scan_in_place`]'s stream.
+fn run_in_place(
+    scanner: &Scanner,
+    scan: &ScanRequest,
+    deadline: Option<std::time::Instant>,
+) -> Vec<Result<ScanItem, Status>> {
+    use std::sync::atomic::{AtomicBool, AtomicU32};
+    let late = AtomicBool::new(false);
+    let calls = AtomicU32::new(0);
+    let past_deadline = || {
+        let Some(deadline) = deadline else {
+            return false;
+        };
+        if late.load(Ordering::Relaxed) {
+            return true;
+        }
+        if !calls
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(DEADLINE_CHECK_CALLS)
+        {
+            return false;
+        }
+        let past = std::time::Instant::now() >= deadline;
+        if past {
+            late.store(true, Ordering::Relaxed);
+        }
+        past
+    };
+    let mut items = Vec::new();
+    let result = scanner.run(scan, &past_deadline, |batch| {
+        items.push(Ok(ScanItem::Batch(batch)));
+        true
+    });
+    if late.load(Ordering::Relaxed) {
+        // Whatever it holds may be short.
+        return vec![Err(Status::deadline_exceeded(
+            "the query's deadline passed while a storage node scanned for it",
+        ))];
+    }
+    match result {
+        Ok(m) => {
+            count_scan(&m);
+            items.push(Ok(ScanItem::Metrics(m)));
+        }
+        Err(e) => items.push(Err(e.into())),
+    }
+    items
+}
+
+/// Scans for a query node in this process: the same scan as `DoGet`, its
+/// batches handed over as they are. One answered whole runs in place
+/// ([`scan_in_place`]) where the runtime allows; the others stream from a
+/// blocking thread.
+impl LocalScans for FlightScanService {
+    fn scan(
+        &self,
+        request: ScanRequest,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<ScanItems, Status> {
+        let scanner = Scanner::of(&self.ctx);
+        let (query, _) = compile_scan(&request)?;
+        if answered_whole(&query) && may_block_in_place() {
+            return Ok(scan_in_place(scanner, request, deadline));
+        }
+        Ok(streamed_items(start_scan(scanner, request)?))
+    }
+}
+
+/// A started scan's batches, then its counters when it ran to the end.
+fn streamed_items(started: StartedScan) -> ScanItems {
+    let trailer = futures::stream::once(started.metrics)
+        .filter_map(|m| async move { m.ok().map(|m| Ok(ScanItem::Metrics(m))) });
+    started
+        .batches
+        .map_ok(ScanItem::Batch)
+        .chain(trailer)
+        .boxed()
 }
 
 type BoxedStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -723,7 +875,7 @@ impl FlightService for FlightScanService {
         let ticket = request.into_inner();
         let scan = ScanRequest::decode(ticket.ticket.as_ref())
             .map_err(|e| Status::invalid_argument(format!("bad scan ticket: {e}")))?;
-        let started = start_scan(&self.ctx, scan)?;
+        let started = start_scan(Scanner::of(&self.ctx), scan)?;
         let batches = started.batches.map_err(|s| FlightError::Tonic(Box::new(s)));
         // After the last batch, one message with no data whose app_metadata
         // is the scan's ScanMetrics (absent when the scan failed).
@@ -826,5 +978,220 @@ mod tests {
         let retyped = col("u", ColumnKind::Field, DataType::Int64);
         assert!(!ok(&[time.clone(), host.clone(), retyped], 7));
         assert!(!ok(&[time, host, v], 7));
+    }
+}
+
+/// The two ways a node in this process runs a scan: on a blocking thread,
+/// streamed, and in the caller's thread ([`scan_in_place`]).
+#[cfg(test)]
+mod local_scan_tests {
+    use super::*;
+    use arrow::array::{Float64Array, StringArray, TimestampNanosecondArray};
+    use arrow::util::display::{ArrayFormatter, FormatOptions};
+    use sealion_common::proto::{
+        AggregateCall, AggregateFunction, AggregateSpec, ColumnKind, DataType, ScanOrder, TagOp,
+        TagPredicate,
+    };
+
+    fn columns() -> Vec<Column> {
+        let c = |n: &str, k: ColumnKind, t: DataType| Column {
+            name: n.into(),
+            kind: k as i32,
+            data_type: t as i32,
+        };
+        vec![
+            c("time", ColumnKind::Time, DataType::Timestamp),
+            c("host", ColumnKind::Tag, DataType::String),
+            c("v", ColumnKind::Field, DataType::Float64),
+        ]
+    }
+
+    /// 3 hosts, a row every 10 ns from `from` for `n` steps; v varies.
+    fn rows(from: i64, n: i64) -> RecordBatch {
+        let (mut t, mut h, mut v) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..n {
+            for host in 0..3 {
+                t.push(from + i * 10);
+                h.push(format!("h{host}"));
+                v.push(((i * 7 + host * 13) % 101) as f64 - 20.0);
+            }
+        }
+        RecordBatch::try_new(
+            arrow_schema(&columns()),
+            vec![
+                Arc::new(TimestampNanosecondArray::from(t).with_timezone("UTC")),
+                Arc::new(StringArray::from(h)),
+                Arc::new(Float64Array::from(v)),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// A node whose partition 1 is sealed with a late row besides and
+    /// whose partition 2 is open.
+    fn scanner(dir: &std::path::Path) -> Scanner {
+        let engine = Engine::open(dir).unwrap();
+        let cols = columns();
+        engine.write(&cols, &[(1, vec![rows(0, 500)])]).unwrap();
+        engine.seal(1, &cols).unwrap();
+        engine.write(&cols, &[(1, vec![rows(3, 2)])]).unwrap();
+        engine.write(&cols, &[(2, vec![rows(5_000, 300)])]).unwrap();
+        Scanner {
+            engine,
+            budget: crate::engine::ScanThreadBudget::new(1),
+            threads: 2,
+        }
+    }
+
+    fn base() -> ScanRequest {
+        ScanRequest {
+            table_id: 1,
+            partition_ids: vec![1, 2],
+            start_ns: i64::MIN,
+            end_ns: i64::MAX,
+            projection: columns(),
+            table_columns: columns(),
+            ..Default::default()
+        }
+    }
+
+    /// A request of each mode: aggregate states, the newest rows of each
+    /// series, the first rows by time (both ways), and plain rows.
+    fn requests() -> Vec<ScanRequest> {
+        let call = |f: AggregateFunction, c: &str| AggregateCall {
+            function: f as i32,
+            column: c.into(),
+        };
+        vec![
+            ScanRequest {
+                aggregate: Some(AggregateSpec {
+                    bucket_width_ns: 400,
+                    bucket_origin_ns: 0,
+                    group_tags: vec!["host".into()],
+                    calls: vec![
+                        call(AggregateFunction::AggCount, ""),
+                        call(AggregateFunction::AggMax, "v"),
+                        call(AggregateFunction::AggSum, "v"),
+                    ],
+                    states_as_answers: true,
+                }),
+                ..base()
+            },
+            ScanRequest {
+                last_per_series: true,
+                rows_per_series: 2,
+                ..base()
+            },
+            ScanRequest {
+                order: ScanOrder::OrderTimeDesc as i32,
+                limit: 5,
+                tag_predicates: vec![TagPredicate {
+                    column: "host".into(),
+                    op: TagOp::TagEq as i32,
+                    values: vec!["h1".into()],
+                }],
+                ..base()
+            },
+            ScanRequest {
+                order: ScanOrder::OrderTimeAsc as i32,
+                limit: 7,
+                start_ns: 2_000,
+                ..base()
+            },
+            base(),
+        ]
+    }
+
+    /// Rows as text, sorted (the in-place and streamed scans may split
+    /// work over threads differently), and whether counters came last.
+    fn answer(items: Vec<Result<ScanItem, Status>>) -> (Vec<String>, Option<ScanMetrics>) {
+        let mut text = Vec::new();
+        let mut metrics = None;
+        for item in items {
+            match item.unwrap() {
+                ScanItem::Batch(b) => {
+                    assert!(metrics.is_none(), "a batch after the counters");
+                    let fmts: Vec<ArrayFormatter> = b
+                        .columns()
+                        .iter()
+                        .map(|c| ArrayFormatter::try_new(c, &FormatOptions::default()).unwrap())
+                        .collect();
+                    for i in 0..b.num_rows() {
+                        let row: Vec<String> =
+                            fmts.iter().map(|f| f.value(i).to_string()).collect();
+                        text.push(row.join("|"));
+                    }
+                }
+                ScanItem::Metrics(m) => metrics = Some(m),
+            }
+        }
+        text.sort();
+        (text, metrics)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_scan_run_in_place_answers_as_the_streamed_scan_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let scanner = scanner(dir.path());
+        let far = Some(std::time::Instant::now() + std::time::Duration::from_secs(600));
+        for r in requests() {
+            let streamed = streamed_items(start_scan(scanner.clone(), r.clone()).unwrap());
+            let (want, want_m) = answer(streamed.collect().await);
+            let in_place = scan_in_place(scanner.clone(), r.clone(), far);
+            let (got, got_m) = answer(in_place.collect().await);
+            assert!(!want.is_empty(), "{r:?} answers nothing");
+            assert_eq!(got, want, "{r:?}");
+            let (got_m, want_m) = (got_m.expect("in place: counters"), want_m.unwrap());
+            assert_eq!(
+                (got_m.rows_returned, got_m.bytes_returned),
+                (want_m.rows_returned, want_m.bytes_returned),
+                "{r:?}"
+            );
+            let (query, _) = compile_scan(&r).unwrap();
+            assert_eq!(
+                answered_whole(&query),
+                r.aggregate.is_some() || r.last_per_series || r.order != 0,
+                "{r:?}"
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_in_place_scan_past_its_deadline_ends_in_an_error_not_a_shorter_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let scanner = scanner(dir.path());
+        let passed = std::time::Instant::now();
+        for r in requests() {
+            let items: Vec<_> = scan_in_place(scanner.clone(), r.clone(), Some(passed))
+                .collect()
+                .await;
+            assert_eq!(items.len(), 1, "{r:?}: {items:?}");
+            let e = items.into_iter().next().unwrap().unwrap_err();
+            assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{r:?}: {e}");
+            // No deadline: the whole answer.
+            let (rows, m) = answer(
+                scan_in_place(scanner.clone(), r.clone(), None)
+                    .collect()
+                    .await,
+            );
+            assert!(!rows.is_empty() && m.is_some(), "{r:?}");
+        }
+    }
+
+    /// A current-thread runtime cannot lend its thread (`block_in_place`
+    /// panics there): scans go to a blocking thread.
+    #[test]
+    fn only_a_multi_threaded_runtime_runs_scans_in_place() {
+        let current = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert!(!current.block_on(async { may_block_in_place() }));
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        assert!(
+            multi.block_on(async { tokio::spawn(async { may_block_in_place() }).await.unwrap() })
+        );
     }
 }
