@@ -2,7 +2,7 @@
 """Where one query's time goes on Sealion, without the peers.
 
     python3 bench/compare/explain.py --sealion PATH_TO_SEALION_BINARY --data DIR \
-        [--query SQL ...] [--runs 20] [--pg]
+        [--query SQL ...] [--runs 20] [--pg] [--keep WORK]
 
 Starts a fresh ``sealion standalone`` in a temp dir, loads the cpu-only data
 that ``gen.py --out DIR`` wrote (line protocol, 4 clients, batches of 1,000,
@@ -14,7 +14,10 @@ and one host's latest row. With ``--pg`` each query is also timed over the
 PostgreSQL port: with psycopg fetching every row as Python values (what
 run.py's ``sealion-pg`` column does), and with libpq alone (psycopg's
 ``pgconn.exec_``: the rows are received but never converted), which leaves
-out the client's own work on the values. Every figure is of this one
+out the client's own work on the values. With ``--keep WORK`` the process
+runs in WORK instead of a temp dir and WORK is kept: a later run with the
+same WORK and data (a marker file says which) skips the load and the seal,
+so one loaded copy serves several runs or binaries. Every figure is of this one
 process on this machine: compare it with nothing but another run of this
 script.
 """
@@ -22,6 +25,7 @@ script.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -67,16 +71,31 @@ def main() -> int:
     ap.add_argument("--query", action="append", default=[], help="SQL to explain and time (repeatable)")
     ap.add_argument("--runs", type=int, default=20, help="timed runs per query, after one warm-up")
     ap.add_argument("--pg", action="store_true", help="also time each query over pgwire (psycopg and libpq)")
+    ap.add_argument("--keep", type=Path, help="run in this dir and keep it; reuse the rows loaded there")
     args = ap.parse_args()
     queries = args.query or [FULL_SCAN_SQL, LATEST_ROW_SQL]
-    with tempfile.TemporaryDirectory(prefix="sealion-explain-") as work:
-        s = Sealion(args.sealion, Path(work))
+    with contextlib.ExitStack() as stack:
+        if args.keep:
+            work = args.keep
+            work.mkdir(parents=True, exist_ok=True)
+        else:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sealion-explain-")))
+        # Which data the kept dir holds, loaded and sealed.
+        marker = work / "loaded-from"
+        source = str(args.data.resolve())
+        s = Sealion(args.sealion, work)
         s.start()
         pg = None
         try:
-            t = time.perf_counter()
-            loaded = s.load(args.data, 1000, 4)
-            print(f"loaded {loaded['rows']} rows and sealed in {time.perf_counter() - t:.1f} s")
+            if marker.exists() and marker.read_text() == source:
+                print(f"reusing the rows loaded in {work} from {source}")
+            else:
+                if marker.exists():
+                    raise SystemExit(f"{work} holds rows of {marker.read_text()}, not {source}")
+                t = time.perf_counter()
+                loaded = s.load(args.data, 1000, 4)
+                print(f"loaded {loaded['rows']} rows and sealed in {time.perf_counter() - t:.1f} s")
+                marker.write_text(source)
             for q in queries:
                 print(f"\n== {q}")
                 plan = json.loads(s.sql(f"EXPLAIN ANALYZE {q}", "json"))
