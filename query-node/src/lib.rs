@@ -24,6 +24,7 @@ pub mod pushdown;
 pub mod router;
 pub mod scan_exec;
 pub mod server;
+pub mod sorted_runs;
 pub mod sql;
 pub mod table;
 pub mod topn;

@@ -572,6 +572,7 @@ impl SqlEngine {
             .with_default_features()
             .with_query_planner(Arc::new(crate::aggregate::SealionQueryPlanner))
             .with_optimizer_rules(optimizer_rules())
+            .with_physical_optimizer_rule(Arc::new(crate::sorted_runs::SortedRunsRule))
             .build();
         let ctx = SessionContext::new_with_state(state);
         // `time_bucket` is `date_bin` under the name TimescaleDB users know.

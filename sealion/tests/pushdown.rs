@@ -778,6 +778,55 @@ async fn check_time_ordered(http: &Http, ctx: &SessionContext, stage: &str) {
     }
 }
 
+/// `ORDER BY time` with no limit. One host's rows come from the node in
+/// time order (one series, partitions of disjoint time ranges) and pass
+/// the `SortedRunsExec` unsorted, newest first each batch turned around;
+/// two hosts' rows are interleaved in time and are sorted there. Each
+/// answers as the model: the same times in the same order, the same rows.
+async fn check_sorted_runs(http: &Http, ctx: &SessionContext, stage: &str) {
+    // (query, whether its batches pass unsorted, whether turned around)
+    let cases = [
+        (
+            "SELECT time, usage, n FROM cpu WHERE host = 'h2' ORDER BY time",
+            true,
+            false,
+        ),
+        (
+            "SELECT time, usage FROM cpu WHERE host = 'h3' AND usage > 20 ORDER BY time DESC",
+            true,
+            true,
+        ),
+        (
+            "SELECT time, host, usage FROM cpu WHERE host IN ('h1', 'h4') ORDER BY time",
+            false,
+            false,
+        ),
+    ];
+    for (q, passes, turned) in cases {
+        let got = http.rows("public", q).await;
+        let want = model_rows(ctx, q).await;
+        let times = |rows: &[Vec<Value>]| rows.iter().map(|r| r[0].clone()).collect::<Vec<_>>();
+        assert_eq!(times(&got), times(&want), "{stage}: {q}");
+        assert!(!want.is_empty(), "{stage}: {q}: no rows to check");
+        assert_eq!(sorted(got, 9), sorted(want, 9), "{stage}: {q}");
+        let plan = explain_with(http, "EXPLAIN ANALYZE", q).await;
+        assert!(
+            plan.contains("SortedRunsExec"),
+            "{stage}: {q}; plan:\n{plan}"
+        );
+        let counts = (
+            metric(&plan, "batches_in_order") > 0,
+            metric(&plan, "batches_turned") > 0,
+            metric(&plan, "rows_sorted") > 0,
+        );
+        assert_eq!(
+            counts,
+            (passes, turned, !passes),
+            "{stage}: {q}; plan:\n{plan}"
+        );
+    }
+}
+
 /// The `name=value` metric of an EXPLAIN ANALYZE text (DataFusion prints
 /// large counts as `1.70 K` or `2.26 M`: those are read to three digits).
 fn metric(plan: &str, name: &str) -> u64 {
@@ -810,6 +859,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     let ctx = model(&rows).await;
     check_all(&s.http, &ctx, "open").await;
     check_time_ordered(&s.http, &ctx, "open").await;
+    check_sorted_runs(&s.http, &ctx, "open").await;
     check_bucket_limited(&s.http, &ctx, "open").await;
     check_series_limited(&s.http, &ctx, "open").await;
     check_last_point(&s.http, &ctx, "open").await;
@@ -851,6 +901,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     let ctx = model(&rows).await;
     check_all(&s.http, &ctx, "sealed with late rows and a delete").await;
     check_time_ordered(&s.http, &ctx, "sealed with late rows and a delete").await;
+    check_sorted_runs(&s.http, &ctx, "sealed with late rows and a delete").await;
     check_bucket_limited(&s.http, &ctx, "sealed with late rows and a delete").await;
     check_series_limited(&s.http, &ctx, "sealed with late rows and a delete").await;
     check_last_point(&s.http, &ctx, "sealed with late rows and a delete").await;
@@ -896,6 +947,7 @@ async fn pushed_aggregates_answer_as_datafusion_does_over_the_same_rows() {
     admin_seal(&s.http, "cpu").await;
     check_all(&s.http, &ctx, "resealed").await;
     check_time_ordered(&s.http, &ctx, "resealed").await;
+    check_sorted_runs(&s.http, &ctx, "resealed").await;
     check_bucket_limited(&s.http, &ctx, "resealed").await;
     check_series_limited(&s.http, &ctx, "resealed").await;
     check_last_point(&s.http, &ctx, "resealed").await;

@@ -1273,7 +1273,10 @@ impl Engine {
             };
             let open = self.open_range(&snapshot, pid, file.is_some())?;
             match &file {
-                None => scan_rows(&mut out, pid, open)?,
+                None => {
+                    scan_rows(&mut out, pid, open)?;
+                    out.flush_rows()?;
+                }
                 Some(f) => {
                     let deletes: Vec<DeletePredicate> = self
                         .snapshot_deletes(&snapshot, pid)?
@@ -1296,6 +1299,7 @@ impl Engine {
                         let before = sealion_format::sealed::pages_decoded();
                         let rows = merge_rows(without_deleted(f.rows(), deletes, pid), late);
                         scan_rows(&mut out, pid, rows)?;
+                        out.flush_rows()?;
                         Metrics::add(
                             &out.metrics.pages_decoded,
                             sealion_format::sealed::pages_decoded() - before,

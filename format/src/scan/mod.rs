@@ -686,7 +686,13 @@ impl<'a> Output<'a> {
         }
     }
 
-    fn flush_rows(&mut self) -> Result<()> {
+    /// Rows mode: hands on the rows collected so far as a batch. The
+    /// engine calls it at the end of each partition read on the row path,
+    /// so no batch holds rows of two partitions: one series' rows then
+    /// come as batches each in time order whose time ranges do not
+    /// overlap, which the query node passes on without sorting them
+    /// (`SortedRunsExec`). Other modes: nothing.
+    pub fn flush_rows(&mut self) -> Result<()> {
         if let Collector::Rows { builder } = &mut self.collector
             && builder.rows() > 0
         {
