@@ -20,8 +20,10 @@
 //! (`ORDER BY time DESC` over one series), it hands them on in the opposite
 //! order, each turned around (a copy, no sort); otherwise it gives the
 //! gathered batches to the `SortExec` it replaced, so the answer is the
-//! sort's in every case. EXPLAIN ANALYZE counts `batches_in_order`,
-//! `batches_turned` and `rows_sorted`.
+//! sort's in every case. Input beyond the query's memory pool goes to the
+//! sort too (the gathered batches, then the rest), which spills to disk as
+//! it would have. EXPLAIN ANALYZE counts `batches_in_order`,
+//! `batches_turned`, `rows_sorted` and `over_memory`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -211,6 +213,87 @@ pub fn order_of_runs(
     touching.then(|| runs.into_iter().map(|r| r.2).collect())
 }
 
+/// A leaf that hands on one stream, once: what the sort reads when the
+/// input outgrew the query's memory (the batches gathered, then the rest).
+struct OnceStreamExec {
+    stream: std::sync::Mutex<Option<SendableRecordBatchStream>>,
+    properties: Arc<PlanProperties>,
+}
+
+impl OnceStreamExec {
+    fn new(stream: SendableRecordBatchStream) -> OnceStreamExec {
+        let properties = PlanProperties::new(
+            datafusion::physical_expr::EquivalenceProperties::new(stream.schema()),
+            datafusion::physical_plan::Partitioning::UnknownPartitioning(1),
+            datafusion::physical_plan::execution_plan::EmissionType::Incremental,
+            datafusion::physical_plan::execution_plan::Boundedness::Bounded,
+        );
+        OnceStreamExec {
+            stream: std::sync::Mutex::new(Some(stream)),
+            properties: Arc::new(properties),
+        }
+    }
+}
+
+impl fmt::Debug for OnceStreamExec {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("OnceStreamExec")
+    }
+}
+
+impl DisplayAs for OnceStreamExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("OnceStreamExec")
+    }
+}
+
+impl ExecutionPlan for OnceStreamExec {
+    fn name(&self) -> &str {
+        "OnceStreamExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal(
+                "OnceStreamExec has no children".into(),
+            ))
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        crate::leaf::only_partition(partition, "OnceStreamExec")?;
+        self.stream
+            .lock()
+            .map_err(|_| DataFusionError::Internal("OnceStreamExec: poisoned".into()))?
+            .take()
+            .ok_or_else(|| DataFusionError::Internal("OnceStreamExec runs once".into()))
+    }
+}
+
 /// Children of other properties than before: a plan's own are worked out
 /// again.
 fn recompute() -> ReplaceChildrenOptions {
@@ -296,12 +379,27 @@ impl ExecutionPlan for SortedRunsExec {
         let reservation = MemoryConsumer::new(format!("SortedRunsExec[{partition}]"))
             .register(context.memory_pool());
         let out_schema = Arc::clone(&schema);
+        let over = MetricBuilder::new(&self.metrics).counter("over_memory", partition);
         let stream = futures::stream::once(async move {
             let mut batches = Vec::new();
             while let Some(b) = input.next().await {
                 let b = b?;
-                reservation.try_grow(b.get_array_memory_size())?;
+                let room = reservation.try_grow(b.get_array_memory_size());
                 batches.push(b);
+                if room.is_err() {
+                    // More than the query's memory holds: the sort takes
+                    // what was gathered and the rest of the input, and
+                    // spills to disk as it must.
+                    over.add(1);
+                    drop(reservation);
+                    let rest = futures::stream::iter(batches.into_iter().map(Ok)).chain(input);
+                    let rest =
+                        Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&out_schema), rest));
+                    let source = Arc::new(OnceStreamExec::new(rest));
+                    let sort =
+                        sort.replace_children(vec![source as Arc<dyn ExecutionPlan>], recompute())?;
+                    return Ok(sort.execute(0, context)?.boxed());
+                }
             }
             drop(input);
             // In order as asked; or, failing that, in the opposite order
@@ -567,6 +665,44 @@ mod tests {
             }
             prop_assert_eq!(passed, passes_model(&chunks), "{:?}", chunks);
         }
+    }
+
+    #[tokio::test]
+    async fn input_beyond_the_memory_pool_goes_to_the_sort_which_spills() {
+        // 40 runs in order, handed on in reverse: about 40 x 16 KB.
+        let chunks: Vec<Vec<Option<i64>>> = (0..40i64)
+            .rev()
+            .map(|r| (r * 1000..(r + 1) * 1000).map(Some).collect())
+            .collect();
+        let input = batches(&chunks);
+        let size: usize = input.iter().map(|b| b.get_array_memory_size()).sum();
+        let limited = || {
+            let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+                .with_memory_limit(size / 3, 1.0)
+                .build_arc()
+                .unwrap();
+            let config = datafusion::prelude::SessionConfig::new()
+                .with_sort_spill_reservation_bytes(size / 20);
+            Arc::new(
+                TaskContext::default()
+                    .with_session_config(config)
+                    .with_runtime(runtime),
+            )
+        };
+        let sort = sort_exec(input, false);
+        let exec = Arc::new(SortedRunsExec::over(Arc::clone(&sort), 0, false));
+        let got = pairs(&collect(exec.clone(), limited()).await.unwrap());
+        let want = pairs(
+            &collect(sort, Arc::new(TaskContext::default()))
+                .await
+                .unwrap(),
+        );
+        agree(&got, &want);
+        assert_eq!(got.len(), 40_000);
+        let metrics = exec.metrics().unwrap();
+        let count = |name: &str| metrics.sum_by_name(name).map_or(0, |m| m.as_usize());
+        assert_eq!(count("over_memory"), 1);
+        assert_eq!(count("batches_in_order"), 0);
     }
 
     #[tokio::test]
