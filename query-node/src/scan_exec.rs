@@ -373,14 +373,32 @@ impl ExecutionPlan for SealionScanExec {
                 None => futures::stream::empty().boxed(),
             },
             Schedule::Ordered { limit } => {
-                let mut steps: Vec<Vec<NodeScan>> = Vec::new();
-                for (node, &step) in self.nodes.iter().zip(&self.steps.of_nodes) {
+                // Each step's nodes by their index: a request is copied only
+                // when its step runs (a scan that stops after the newest of
+                // twelve steps copies one).
+                let mut steps: Vec<Vec<usize>> = Vec::new();
+                for (i, &step) in self
+                    .steps
+                    .of_nodes
+                    .iter()
+                    .enumerate()
+                    .take(self.nodes.len())
+                {
                     if steps.len() <= step {
                         steps.resize_with(step + 1, Vec::new);
                     }
-                    steps[step].push(node.clone());
+                    steps[step].push(i);
                 }
-                ordered_stream(self.storage.clone(), steps, limit, counters, deadline).boxed()
+                let nodes = Arc::clone(&self.nodes);
+                ordered_stream(
+                    self.storage.clone(),
+                    nodes,
+                    steps,
+                    limit,
+                    counters,
+                    deadline,
+                )
+                .boxed()
             }
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -501,7 +519,8 @@ fn local_scan_error(status: tonic::Status) -> DataFusionError {
 /// `limit` rows have arrived.
 fn ordered_stream(
     storage: Arc<StorageClients>,
-    steps: Vec<Vec<NodeScan>>,
+    nodes: Arc<[NodeScan]>,
+    steps: Vec<Vec<usize>>,
     limit: u64,
     counters: Arc<NodeCounters>,
     deadline: Option<std::time::Instant>,
@@ -509,6 +528,7 @@ fn ordered_stream(
     let state = (steps.into_iter(), 0u64);
     futures::stream::unfold(state, move |(mut steps, rows)| {
         let storage = storage.clone();
+        let nodes = Arc::clone(&nodes);
         let counters = counters.clone();
         async move {
             if rows >= limit {
@@ -517,7 +537,7 @@ fn ordered_stream(
             let step = steps.next()?;
             let streams: Vec<_> = step
                 .into_iter()
-                .map(|n| node_stream(&storage, n, counters.clone(), deadline))
+                .map(|i| node_stream(&storage, nodes[i].clone(), counters.clone(), deadline))
                 .collect();
             let batches: DfResult<Vec<RecordBatch>> =
                 futures::stream::select_all(streams).try_collect().await;
