@@ -30,12 +30,11 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{
-    DataType, Date64Type, Int64Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
-    TimestampNanosecondType, TimestampSecondType,
+    DataType, Date64Type, Int64Type, SchemaRef, TimeUnit, TimestampMicrosecondType,
+    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
 };
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -47,6 +46,7 @@ use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceC
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::{StreamExt, TryStreamExt};
 
@@ -213,85 +213,57 @@ pub fn order_of_runs(
     touching.then(|| runs.into_iter().map(|r| r.2).collect())
 }
 
-/// A leaf that hands on one stream, once: what the sort reads when the
-/// input outgrew the query's memory (the batches gathered, then the rest).
-struct OnceStreamExec {
+/// One stream, handed out once: what the sort replaced reads, through a
+/// `StreamingTableExec`, when the batches do not pass as they are.
+struct OnceStream {
+    schema: SchemaRef,
     stream: std::sync::Mutex<Option<SendableRecordBatchStream>>,
-    properties: Arc<PlanProperties>,
 }
 
-impl OnceStreamExec {
-    fn new(stream: SendableRecordBatchStream) -> OnceStreamExec {
-        let properties = PlanProperties::new(
-            datafusion::physical_expr::EquivalenceProperties::new(stream.schema()),
-            datafusion::physical_plan::Partitioning::UnknownPartitioning(1),
-            datafusion::physical_plan::execution_plan::EmissionType::Incremental,
-            datafusion::physical_plan::execution_plan::Boundedness::Bounded,
-        );
-        OnceStreamExec {
-            stream: std::sync::Mutex::new(Some(stream)),
-            properties: Arc::new(properties),
-        }
-    }
-}
-
-impl fmt::Debug for OnceStreamExec {
+impl fmt::Debug for OnceStream {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("OnceStreamExec")
+        f.write_str("OnceStream")
     }
 }
 
-impl DisplayAs for OnceStreamExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("OnceStreamExec")
-    }
-}
-
-impl ExecutionPlan for OnceStreamExec {
-    fn name(&self) -> &str {
-        "OnceStreamExec"
+impl PartitionStream for OnceStream {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
     }
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
-    ) -> DfResult<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if children.is_empty() {
-            Ok(self)
-        } else {
-            Err(DataFusionError::Internal(
-                "OnceStreamExec has no children".into(),
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let taken = self.stream.lock().ok().and_then(|mut s| s.take());
+        taken.unwrap_or_else(|| {
+            let again = DataFusionError::Internal("a sorted-runs fallback runs once".into());
+            Box::pin(RecordBatchStreamAdapter::new(
+                Arc::clone(&self.schema),
+                futures::stream::once(async move { Err(again) }),
             ))
-        }
+        })
     }
+}
 
-    fn execute(
-        &self,
-        partition: usize,
-        _context: Arc<TaskContext>,
-    ) -> DfResult<SendableRecordBatchStream> {
-        crate::leaf::only_partition(partition, "OnceStreamExec")?;
-        self.stream
-            .lock()
-            .map_err(|_| DataFusionError::Internal("OnceStreamExec: poisoned".into()))?
-            .take()
-            .ok_or_else(|| DataFusionError::Internal("OnceStreamExec runs once".into()))
-    }
+/// `sort` (the `SortExec` replaced) run over `batches`: those gathered,
+/// then whatever `rest` of the input is left.
+fn sort_of(
+    sort: Arc<dyn ExecutionPlan>,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    rest: impl futures::Stream<Item = DfResult<RecordBatch>> + Send + 'static,
+    context: Arc<TaskContext>,
+) -> DfResult<SendableRecordBatchStream> {
+    let all = futures::stream::iter(batches.into_iter().map(Ok)).chain(rest);
+    let once = OnceStream {
+        schema: Arc::clone(&schema),
+        stream: std::sync::Mutex::new(Some(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&schema),
+            all,
+        )))),
+    };
+    let source = StreamingTableExec::try_new(schema, vec![Arc::new(once)], None, [], false, None)?;
+    let children = vec![Arc::new(source) as Arc<dyn ExecutionPlan>];
+    sort.replace_children(children, recompute())?
+        .execute(0, context)
 }
 
 /// Children of other properties than before: a plan's own are worked out
@@ -392,13 +364,7 @@ impl ExecutionPlan for SortedRunsExec {
                     // spills to disk as it must.
                     over.add(1);
                     drop(reservation);
-                    let rest = futures::stream::iter(batches.into_iter().map(Ok)).chain(input);
-                    let rest =
-                        Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&out_schema), rest));
-                    let source = Arc::new(OnceStreamExec::new(rest));
-                    let sort =
-                        sort.replace_children(vec![source as Arc<dyn ExecutionPlan>], recompute())?;
-                    return Ok(sort.execute(0, context)?.boxed());
+                    return sort_of(sort, out_schema, batches, input, context);
                 }
             }
             drop(input);
@@ -415,7 +381,7 @@ impl ExecutionPlan for SortedRunsExec {
                     None => (None, false),
                 },
             };
-            Ok::<_, DataFusionError>(match order {
+            Ok::<SendableRecordBatchStream, DataFusionError>(match order {
                 Some(order) => {
                     in_order.add(order.len());
                     if turn {
@@ -423,38 +389,25 @@ impl ExecutionPlan for SortedRunsExec {
                     }
                     let mut batches: Vec<Option<RecordBatch>> =
                         batches.into_iter().map(Some).collect();
-                    let ordered: Vec<DfResult<Option<RecordBatch>>> = order
+                    let ordered: Vec<DfResult<RecordBatch>> = order
                         .into_iter()
                         .filter_map(|i| batches[i].take())
-                        .map(|b| {
-                            if turn {
-                                turned_around(&b).map(Some)
-                            } else {
-                                Ok(Some(b))
-                            }
-                        })
+                        .map(|b| if turn { turned_around(&b) } else { Ok(b) })
                         .collect();
-                    // The reservation is held until the batches are handed on.
-                    futures::stream::iter(ordered)
-                        .chain(futures::stream::once(async move {
-                            drop(reservation);
-                            Ok(None)
-                        }))
-                        .try_filter_map(|b| async move { Ok(b) })
-                        .boxed()
+                    // The reservation is held until the batches are handed
+                    // on (dropped with the stream).
+                    let held = futures::stream::iter(ordered).map(move |b| {
+                        let _ = &reservation;
+                        b
+                    });
+                    Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&out_schema), held))
                 }
                 None => {
                     sorted.add(batches.iter().map(|b| b.num_rows()).sum());
                     // The sort accounts for the rows as it takes them.
                     drop(reservation);
-                    let source = MemorySourceConfig::try_new_exec(
-                        &[batches],
-                        Arc::clone(&out_schema),
-                        None,
-                    )?;
-                    let sort =
-                        sort.replace_children(vec![source as Arc<dyn ExecutionPlan>], recompute())?;
-                    sort.execute(0, context)?.boxed()
+                    let none = futures::stream::empty();
+                    sort_of(sort, out_schema, batches, none, context)?
                 }
             })
         })
@@ -472,6 +425,7 @@ mod tests {
     use super::*;
     use arrow::array::{Int64Array, TimestampNanosecondArray};
     use arrow::datatypes::{Field, Schema};
+    use datafusion::datasource::memory::MemorySourceConfig;
     use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
     use datafusion::physical_plan::collect;
     use proptest::prelude::*;
