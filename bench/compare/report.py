@@ -286,7 +286,10 @@ def markdown(r: dict, pngs: list[str]) -> str:
                  + ("reused from an earlier run with the same scale and seed)." if d.get("reused")
                     else f"generated in {d.get('generate_s', 0):.1f} s)."))
     st = r["settings"]
-    L.append(f"- Timing: {st['warmup']} warm-up, then {st['runs']} timed runs per query per system; "
+    more = (f", more up to {st['max_runs']} while they add up to less than {st['min_time_s']} s "
+            "(the same rule for every system; the median is over all of them)"
+            if st.get("min_time_s") and st.get("max_runs", 0) > st["runs"] else "")
+    L.append(f"- Timing: {st['warmup']} warm-up, then {st['runs']} timed runs per query per system{more}; "
              "median (min–max) in ms, wall time on the client, the full answer fetched. Embedded systems "
              "(DuckDB, chDB, DataFusion) run in the benchmark's process; Sealion is asked over HTTP "
              "(`format=arrow`; `sealion-pg`, when present, is the same process over pgwire with psycopg; "

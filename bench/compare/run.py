@@ -184,11 +184,16 @@ class OtherCpu:
 FULL_SCAN_SQL = "SELECT count(*) FROM cpu WHERE usage_user <> usage_system"
 
 
-def timed(fn, warmup: int, runs: int) -> list[float]:
+def timed(fn, warmup: int, runs: int, min_time: float = 0.0, max_runs: int = 0) -> list[float]:
+    """`warmup` untimed runs, then `runs` timed ones; then more, while the
+    timed runs add up to less than `min_time` seconds, up to `max_runs` in
+    all. Every system gets the same rule, so a query of a fraction of a
+    millisecond gets a median of tens of runs instead of five (the spread
+    of five such runs was wider than most of the ratios they gave)."""
     for _ in range(warmup):
         fn()
     out = []
-    for _ in range(runs):
+    while len(out) < runs or (sum(out) < min_time and len(out) < max_runs):
         t = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t)
@@ -259,6 +264,9 @@ def main() -> int:
     ap.add_argument("--batch-rows", type=int, default=1000, help="rows per write request / COPY")
     ap.add_argument("--load-clients", type=int, default=4, help="clients loading the data set over line protocol")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per query per system (at least 5)")
+    ap.add_argument("--min-time", type=float, default=0.25,
+                    help="after --runs, keep timing a query while its runs add up to less than this many seconds")
+    ap.add_argument("--max-runs", type=int, default=50, help="timed runs per query per system at most (--min-time)")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--noise-runs", type=int, default=20)
     ap.add_argument("--only", default="", help="only the queries whose name contains this")
@@ -273,6 +281,9 @@ def main() -> int:
     a = ap.parse_args()
     if a.runs < 5:
         ap.error("--runs must be at least 5")
+    if a.min_time < 0:
+        ap.error("--min-time must not be negative")
+    a.max_runs = max(a.max_runs, a.runs)
     systems = [s for s in a.systems.split(",") if s]
     if a.ingest_systems is None:
         a.ingest_systems = ",".join(INGEST_SYSTEMS) if a.query_data == "cpu" else ""
@@ -290,6 +301,7 @@ def main() -> int:
                     "command": shlex.join(["python3"] + sys.argv), "machine": machine(), "scale": a.scale,
                     "query_data": a.query_data,
                     "settings": {"runs": a.runs, "warmup": a.warmup, "noise_runs": a.noise_runs,
+                                 "min_time_s": a.min_time, "max_runs": a.max_runs,
                                  "batch_rows": a.batch_rows, "load_clients": a.load_clients,
                                  "ingest_rows": ingest_rows, "ingest_runs": a.ingest_runs,
                                  "single_row_rows": a.single_row_rows,
@@ -429,14 +441,16 @@ def main() -> int:
         timings: dict[str, dict] = {}
         oc = OtherCpu()
         oc.start()
-        log(f"timing: {a.warmup} warm-up + {a.runs} runs per pair")
+        log(f"timing: {a.warmup} warm-up + {a.runs} runs per pair, more up to {a.max_runs} "
+            f"while they add up to less than {a.min_time} s")
         for q in qs:
             timings[q.name] = {}
             for name in parity_res[q.name]["agree"]:
                 s = qsys[name]
                 sql = q.sql[s.dialect]
                 try:
-                    timings[q.name][name] = stats(timed(lambda: s.run(sql), a.warmup, a.runs))
+                    timings[q.name][name] = stats(timed(lambda: s.run(sql), a.warmup, a.runs,
+                                                         a.min_time, a.max_runs))
                 except Exception as e:
                     parity_res[q.name]["errors"][name] = f"while timing: {type(e).__name__}: {str(e)[:1500]}"
             if timings[q.name]:
@@ -456,7 +470,8 @@ def main() -> int:
             scan = {}
             for name, s in qsys.items():
                 try:
-                    scan[name] = stats(timed(lambda: s.run(FULL_SCAN_SQL), a.warmup, a.runs))
+                    scan[name] = stats(timed(lambda: s.run(FULL_SCAN_SQL), a.warmup, a.runs,
+                                             a.min_time, a.max_runs))
                 except Exception as e:
                     scan[name] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
             result["full_scan"] = {"sql": FULL_SCAN_SQL, "timings": scan}
