@@ -22,8 +22,19 @@
 //! gathered batches to the `SortExec` it replaced, so the answer is the
 //! sort's in every case. Input beyond the query's memory pool goes to the
 //! sort too (the gathered batches, then the rest), which spills to disk as
-//! it would have. EXPLAIN ANALYZE counts `batches_in_order`,
-//! `batches_turned`, `rows_sorted` and `over_memory`.
+//! it would have.
+//!
+//! Several series' rows (`ORDER BY time` over many hosts, or `ORDER BY
+//! time, hostname`: any sort keys, not only one time column) come as
+//! batches that hold one stretch in order for each series they cover. When
+//! the batches cut that way give runs of [`MIN_RUN_ROWS`] rows or more on
+//! average and no more than [`MAX_RUNS`] of them, the runs (slices of the
+//! batches, or, where a batch's stretches stand in the opposite order,
+//! copies turned around) are merged by DataFusion's streaming merge, the
+//! one a sort ends with, instead of being sorted first: with the sort's
+//! comparisons on the same keys, the answer is the sort's. EXPLAIN ANALYZE
+//! counts `batches_in_order`, `batches_turned`, `runs_merged`,
+//! `rows_merged`, `rows_sorted` and `over_memory`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -43,8 +54,13 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_expr::LexOrdering;
+use datafusion::physical_plan::EmptyRecordBatchStream;
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::streaming_merge::StreamingMergeBuilder;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
@@ -52,8 +68,8 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::scan_exec::SealionScanExec;
 
-/// Replaces a `SortExec` on one integer or timestamp column above a
-/// Sealion scan with a [`SortedRunsExec`]; see the module documentation.
+/// Replaces a `SortExec` with no fetch above a Sealion scan with a
+/// [`SortedRunsExec`]; see the module documentation.
 #[derive(Debug, Default)]
 pub struct SortedRunsRule;
 
@@ -88,30 +104,31 @@ pub struct SortedRunsExec {
     /// The `SortExec` this stands for: its input is this exec's input, its
     /// properties this exec's, and it sorts whatever does not come in order.
     sort: Arc<dyn ExecutionPlan>,
-    /// Which column, and whether descending.
-    column: usize,
-    descending: bool,
+    /// The sort's keys.
+    ordering: LexOrdering,
+    /// When the sort is on one column of 64-bit integers or timestamps:
+    /// which, and whether descending (the batches may then pass whole).
+    column: Option<(usize, bool)>,
     metrics: ExecutionPlanMetricsSet,
 }
 
+/// Runs shorter than this on average are not merged: the batches go to the
+/// sort (a merge costs a comparison per row per level of its tree, and
+/// each run a cursor; rows in no order would be runs of one or two).
+pub const MIN_RUN_ROWS: usize = 16;
+/// Runs merged at most; more go to the sort.
+pub const MAX_RUNS: usize = 16_384;
+
 impl SortedRunsExec {
     /// `plan` in a `SortedRunsExec` when it is a `SortExec` this can stand
-    /// for: no fetch, one sort column of 64-bit integers or timestamps, a
-    /// Sealion scan below.
+    /// for: no fetch (a top-k keeps few rows anyway), a Sealion scan below.
     pub fn try_new(plan: Arc<dyn ExecutionPlan>) -> Option<SortedRunsExec> {
         let any: &dyn std::any::Any = plan.as_ref();
         let sort = any.downcast_ref::<SortExec>()?;
-        if sort.fetch().is_some() || sort.expr().len() != 1 {
+        if sort.fetch().is_some() {
             return None;
         }
-        let key = sort.expr().first();
-        let any: &dyn std::any::Any = key.expr.as_ref();
-        let column = any.downcast_ref::<Column>()?.index();
         let input = sort.input();
-        let field = input.schema().fields().get(column)?.clone();
-        if !is_i64(field.data_type()) {
-            return None;
-        }
         let any: &dyn std::any::Any = input.as_ref();
         let below = match any.downcast_ref::<CooperativeExec>() {
             Some(coop) => coop.input(),
@@ -119,15 +136,22 @@ impl SortedRunsExec {
         };
         let any: &dyn std::any::Any = below.as_ref();
         any.downcast_ref::<SealionScanExec>()?;
-        let descending = key.options.descending;
-        Some(SortedRunsExec::over(plan.clone(), column, descending))
+        Some(SortedRunsExec::over(plan.clone()))
     }
 
-    fn over(sort: Arc<dyn ExecutionPlan>, column: usize, descending: bool) -> SortedRunsExec {
+    /// Stands for `sort`, a `SortExec`.
+    fn over(sort: Arc<dyn ExecutionPlan>) -> SortedRunsExec {
+        let any: &dyn std::any::Any = sort.as_ref();
+        let ordering = any
+            .downcast_ref::<SortExec>()
+            .expect("a SortedRunsExec stands for a SortExec")
+            .expr()
+            .clone();
+        let column = one_i64_column(&ordering, &sort.children()[0].schema());
         SortedRunsExec {
             sort,
+            ordering,
             column,
-            descending,
             metrics: ExecutionPlanMetricsSet::new(),
         }
     }
@@ -135,6 +159,19 @@ impl SortedRunsExec {
     fn input(&self) -> &Arc<dyn ExecutionPlan> {
         self.sort.children()[0]
     }
+}
+
+/// The column and direction of `ordering` when it is one column of 64-bit
+/// integers or timestamps.
+fn one_i64_column(ordering: &LexOrdering, schema: &SchemaRef) -> Option<(usize, bool)> {
+    if ordering.len() != 1 {
+        return None;
+    }
+    let key = ordering.first();
+    let any: &dyn std::any::Any = key.expr.as_ref();
+    let column = any.downcast_ref::<Column>()?.index();
+    let field = schema.fields().get(column)?;
+    is_i64(field.data_type()).then_some((column, key.options.descending))
 }
 
 /// Whether values of type `t` are 64-bit integers underneath.
@@ -211,6 +248,117 @@ pub fn order_of_runs(
         }
     });
     touching.then(|| runs.into_iter().map(|r| r.2).collect())
+}
+
+/// `batches` cut into their runs on `ordering`: in each batch, the
+/// stretches whose rows stand in order (each a slice of the batch), or,
+/// when fewer stretches stand in the opposite order, those turned around
+/// (copies). `None` when the runs would be more than [`MAX_RUNS`] (it
+/// gives up as soon as they are) or shorter than [`MIN_RUN_ROWS`] on
+/// average.
+pub fn runs_of(batches: &[RecordBatch], ordering: &LexOrdering) -> DfResult<Option<Runs>> {
+    // First where each batch's runs end, and which way they stand.
+    let mut cut: Vec<(Vec<usize>, bool)> = Vec::with_capacity(batches.len());
+    let (mut count, mut rows) = (0usize, 0usize);
+    for b in batches {
+        let n = b.num_rows();
+        if n == 0 {
+            cut.push((Vec::new(), false));
+            continue;
+        }
+        rows += n;
+        let keys = ordering
+            .iter()
+            .map(|e| e.evaluate_to_sort_column(b))
+            .collect::<DfResult<Vec<_>>>()?;
+        let cmp = arrow::compute::LexicographicalComparator::try_new(&keys)?;
+        // Rows i-1 and i out of order, one way or the other.
+        let (mut up, mut down) = (Vec::new(), Vec::new());
+        for i in 1..n {
+            match cmp.compare(i - 1, i) {
+                std::cmp::Ordering::Greater => up.push(i),
+                std::cmp::Ordering::Less => down.push(i),
+                std::cmp::Ordering::Equal => {}
+            }
+            if count + up.len().min(down.len()) >= MAX_RUNS {
+                return Ok(None);
+            }
+        }
+        let turn = down.len() < up.len();
+        let ends = if turn { down } else { up };
+        count += ends.len() + 1;
+        cut.push((ends, turn));
+    }
+    if count > MAX_RUNS || count * MIN_RUN_ROWS > rows {
+        return Ok(None);
+    }
+    let mut runs = Runs {
+        batches: Vec::with_capacity(count),
+        turned: 0,
+        rows,
+    };
+    for (b, (ends, turn)) in batches.iter().zip(cut) {
+        let n = b.num_rows();
+        if n == 0 {
+            continue;
+        }
+        let mut start = 0;
+        for end in ends.into_iter().chain([n]) {
+            let run = b.slice(start, end - start);
+            runs.batches.push(if turn {
+                runs.turned += 1;
+                turned_around(&run)?
+            } else {
+                run
+            });
+            start = end;
+        }
+    }
+    Ok(Some(runs))
+}
+
+/// What [`runs_of`] cut.
+#[derive(Default)]
+pub struct Runs {
+    /// Each in order on the keys.
+    pub batches: Vec<RecordBatch>,
+    /// How many were turned around.
+    pub turned: usize,
+    /// Their rows.
+    pub rows: usize,
+}
+
+/// `runs`, each in order on `ordering`, merged into one stream in that
+/// order by DataFusion's streaming merge.
+fn merged(
+    runs: Vec<RecordBatch>,
+    schema: SchemaRef,
+    ordering: &LexOrdering,
+    metrics: BaselineMetrics,
+    context: &TaskContext,
+) -> DfResult<SendableRecordBatchStream> {
+    if runs.is_empty() {
+        return Ok(Box::pin(EmptyRecordBatchStream::new(schema)));
+    }
+    let streams = runs
+        .into_iter()
+        .map(|run| {
+            let one = futures::stream::iter([Ok(run)]);
+            Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&schema), one))
+                as SendableRecordBatchStream
+        })
+        .collect();
+    let reservation =
+        MemoryConsumer::new("SortedRunsExec merge").register(context.memory_pool());
+    StreamingMergeBuilder::new()
+        .with_streams(streams)
+        .with_schema(schema)
+        .with_expressions(ordering)
+        .with_metrics(metrics)
+        .with_batch_size(context.session_config().batch_size())
+        .with_fetch(None)
+        .with_reservation(reservation)
+        .build()
 }
 
 /// One stream, handed out once: what the sort replaced reads, through a
@@ -318,22 +466,13 @@ impl ExecutionPlan for SortedRunsExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let sort = Arc::clone(&self.sort).replace_children(children, recompute())?;
-        Ok(Arc::new(SortedRunsExec {
-            sort,
-            column: self.column,
-            descending: self.descending,
-            metrics: ExecutionPlanMetricsSet::new(),
-        }))
+        Ok(Arc::new(SortedRunsExec::over(sort)))
     }
 
     /// A fresh copy (its counters are its only state), for a run of a kept
     /// plan.
     fn reset_state(self: Arc<Self>) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(SortedRunsExec::over(
-            Arc::clone(&self.sort),
-            self.column,
-            self.descending,
-        )))
+        Ok(Arc::new(SortedRunsExec::over(Arc::clone(&self.sort))))
     }
 
     fn execute(
@@ -344,10 +483,14 @@ impl ExecutionPlan for SortedRunsExec {
         let mut input = self.input().execute(partition, Arc::clone(&context))?;
         let schema = self.schema();
         let sort = Arc::clone(&self.sort);
-        let (column, descending) = (self.column, self.descending);
+        let column = self.column;
+        let ordering = self.ordering.clone();
         let in_order = MetricBuilder::new(&self.metrics).counter("batches_in_order", partition);
         let sorted = MetricBuilder::new(&self.metrics).counter("rows_sorted", partition);
         let turned = MetricBuilder::new(&self.metrics).counter("batches_turned", partition);
+        let runs_merged = MetricBuilder::new(&self.metrics).counter("runs_merged", partition);
+        let rows_merged = MetricBuilder::new(&self.metrics).counter("rows_merged", partition);
+        let baseline = BaselineMetrics::new(&self.metrics, partition);
         let reservation = MemoryConsumer::new(format!("SortedRunsExec[{partition}]"))
             .register(context.memory_pool());
         let out_schema = Arc::clone(&schema);
@@ -368,21 +511,44 @@ impl ExecutionPlan for SortedRunsExec {
                 }
             }
             drop(input);
-            // In order as asked; or, failing that, in the opposite order
-            // (one series asked newest first), each batch then turned
-            // around (a copy, but no sort).
-            let (order, turn) = match order_of_runs(&batches, column, descending) {
-                Some(order) => (Some(order), false),
-                None => match order_of_runs(&batches, column, !descending) {
-                    Some(mut order) => {
-                        order.reverse();
-                        (Some(order), true)
-                    }
-                    None => (None, false),
+            // On one integer column: in order as asked; or, failing that,
+            // in the opposite order (one series asked newest first), each
+            // batch then turned around (a copy, but no sort).
+            let (order, turn) = match column {
+                None => (None, false),
+                Some((column, descending)) => match order_of_runs(&batches, column, descending)
+                {
+                    Some(order) => (Some(order), false),
+                    None => match order_of_runs(&batches, column, !descending) {
+                        Some(mut order) => {
+                            order.reverse();
+                            (Some(order), true)
+                        }
+                        None => (None, false),
+                    },
                 },
             };
-            Ok::<SendableRecordBatchStream, DataFusionError>(match order {
-                Some(order) => {
+            // Else the batches' runs merged, if they are long enough.
+            let runs = match order {
+                Some(_) => None,
+                None => runs_of(&batches, &ordering)?,
+            };
+            Ok::<SendableRecordBatchStream, DataFusionError>(match (order, runs) {
+                (None, Some(runs)) => {
+                    runs_merged.add(runs.batches.len());
+                    rows_merged.add(runs.rows);
+                    turned.add(runs.turned);
+                    // The runs are slices of the gathered batches (or
+                    // copies of them), held until the merge is done.
+                    drop(batches);
+                    let merge = merged(runs.batches, Arc::clone(&out_schema), &ordering, baseline, &context)?;
+                    let held = merge.map(move |b| {
+                        let _ = &reservation;
+                        b
+                    });
+                    Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&out_schema), held))
+                }
+                (Some(order), _) => {
                     in_order.add(order.len());
                     if turn {
                         turned.add(order.len());
@@ -402,7 +568,7 @@ impl ExecutionPlan for SortedRunsExec {
                     });
                     Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&out_schema), held))
                 }
-                None => {
+                (None, None) => {
                     sorted.add(batches.iter().map(|b| b.num_rows()).sum());
                     // The sort accounts for the rows as it takes them.
                     drop(reservation);
@@ -495,7 +661,7 @@ mod tests {
     ) -> (Vec<(Option<i64>, i64)>, Vec<(Option<i64>, i64)>, bool) {
         let ctx = Arc::new(TaskContext::default());
         let sort = sort_exec(batches(chunks), descending);
-        let exec = Arc::new(SortedRunsExec::over(Arc::clone(&sort), 0, descending));
+        let exec = Arc::new(SortedRunsExec::over(Arc::clone(&sort)));
         let got = pairs(&collect(exec.clone(), Arc::clone(&ctx)).await.unwrap());
         let want = pairs(&collect(sort, ctx).await.unwrap());
         let metrics = exec.metrics().unwrap();
@@ -644,7 +810,7 @@ mod tests {
             )
         };
         let sort = sort_exec(input, false);
-        let exec = Arc::new(SortedRunsExec::over(Arc::clone(&sort), 0, false));
+        let exec = Arc::new(SortedRunsExec::over(Arc::clone(&sort)));
         let got = pairs(&collect(exec.clone(), limited()).await.unwrap());
         let want = pairs(
             &collect(sort, Arc::new(TaskContext::default()))
@@ -674,10 +840,213 @@ mod tests {
             got.iter().map(|p| p.1).collect::<Vec<_>>(),
             vec![3, 4, 5, 6, 7, 8, 0, 1, 2]
         );
-        // Two series' rows in one batch: sorted by the plain sort.
+        // Two series' rows in one batch, runs of two: sorted by the plain
+        // sort.
         let chunks = vec![vec![Some(1), Some(5), Some(2), Some(6)]];
         let (got, want, passed) = both(&chunks, false).await;
         assert!(!passed);
         agree(&got, &want);
+    }
+
+    // Several series: rows of (time, host, row number), sorted on (time,
+    // host) or (time DESC, host).
+
+    fn series_schema() -> arrow::datatypes::SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("time", DataType::Int64, false),
+            Field::new("host", DataType::Utf8, true),
+            Field::new("row", DataType::Int64, false),
+        ]))
+    }
+
+    type Row = (i64, Option<String>, i64);
+
+    fn series_batches(chunks: &[Vec<(i64, Option<String>)>]) -> Vec<RecordBatch> {
+        let mut row = 0i64;
+        chunks
+            .iter()
+            .map(|c| {
+                let rows: Vec<i64> = (row..row + c.len() as i64).collect();
+                row += c.len() as i64;
+                RecordBatch::try_new(
+                    series_schema(),
+                    vec![
+                        Arc::new(Int64Array::from_iter_values(c.iter().map(|r| r.0))),
+                        Arc::new(arrow::array::StringArray::from_iter(
+                            c.iter().map(|r| r.1.clone()),
+                        )),
+                        Arc::new(Int64Array::from(rows)),
+                    ],
+                )
+                .unwrap()
+            })
+            .collect()
+    }
+
+    fn series_rows(out: &[RecordBatch]) -> Vec<Row> {
+        let mut v = Vec::new();
+        for b in out {
+            let t = b.column(0).as_primitive::<Int64Type>();
+            let h = b.column(1).as_string::<i32>();
+            let r = b.column(2).as_primitive::<Int64Type>();
+            for i in 0..b.num_rows() {
+                let host = h.is_valid(i).then(|| h.value(i).to_string());
+                v.push((t.value(i), host, r.value(i)));
+            }
+        }
+        v
+    }
+
+    /// The order the sort is asked for, as a plain comparison of rows:
+    /// time (descending if asked), then host with NULL last.
+    fn model_cmp(a: &Row, b: &Row, descending: bool) -> std::cmp::Ordering {
+        let t = if descending { b.0.cmp(&a.0) } else { a.0.cmp(&b.0) };
+        let h = match (&a.1, &b.1) {
+            (Some(x), Some(y)) => x.cmp(y),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        };
+        t.then(h)
+    }
+
+    /// The plain model of when runs are merged: per batch, the stretches in
+    /// order one way or the other (whichever are fewer), counted over all
+    /// batches; merged unless they are more than MAX_RUNS or shorter than
+    /// MIN_RUN_ROWS on average.
+    fn merges_model(chunks: &[Vec<(i64, Option<String>)>], descending: bool) -> bool {
+        let (mut runs, mut rows) = (0usize, 0usize);
+        for c in chunks.iter().filter(|c| !c.is_empty()) {
+            let rows_of: Vec<Row> = c.iter().map(|r| (r.0, r.1.clone(), 0)).collect();
+            let up = rows_of
+                .windows(2)
+                .filter(|w| model_cmp(&w[0], &w[1], descending).is_gt())
+                .count();
+            let down = rows_of
+                .windows(2)
+                .filter(|w| model_cmp(&w[0], &w[1], descending).is_lt())
+                .count();
+            runs += 1 + up.min(down);
+            rows += c.len();
+        }
+        runs <= MAX_RUNS && runs * MIN_RUN_ROWS <= rows
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(150))]
+
+        /// Several series, each in time order, their stretches packed
+        /// into batches in any order (some batches turned around, some
+        /// rows swapped), sorted on (time, host) or (time DESC, host):
+        /// the rows come out in the sort's order and are the sort's rows,
+        /// and they are merged exactly when the plain model says.
+        #[test]
+        fn several_series_answer_as_the_sort_does(
+            series in proptest::collection::vec(proptest::collection::vec(0i64..60, 0..80), 1..8),
+            per_batch in 1usize..4,
+            turn_seed in any::<u64>(),
+            swaps in 0usize..3,
+            descending in any::<bool>(),
+        ) {
+            // Each series' times in order; host NULL for the eighth.
+            let mut stretches: Vec<Vec<(i64, Option<String>)>> = series
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut times)| {
+                    times.sort_unstable();
+                    let host = (i != 7).then(|| format!("h{}", i % 3));
+                    times.into_iter().map(|t| (t, host.clone())).collect()
+                })
+                .collect();
+            let mut k = turn_seed;
+            let mut next = || {
+                k = k.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                k >> 33
+            };
+            for s in stretches.iter_mut() {
+                if next() % 3 == 0 {
+                    s.reverse();
+                }
+            }
+            let mut chunks: Vec<Vec<(i64, Option<String>)>> = stretches
+                .chunks(per_batch)
+                .map(|c| c.concat())
+                .collect();
+            for _ in 0..swaps {
+                let c = next() as usize % chunks.len();
+                let n = chunks[c].len();
+                if n > 1 {
+                    let i = next() as usize % (n - 1);
+                    chunks[c].swap(i, i + 1);
+                }
+            }
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let (got, want, merged, sorted) = rt.block_on(both_series(&chunks, descending));
+            let keys = |v: &[Row]| v.iter().map(|r| (r.0, r.1.clone())).collect::<Vec<_>>();
+            prop_assert_eq!(keys(&got), keys(&want));
+            let (mut a, mut b) = (got.clone(), want.clone());
+            a.sort();
+            b.sort();
+            prop_assert_eq!(a, b);
+            let rows: usize = chunks.iter().map(|c| c.len()).sum();
+            if rows > 0 {
+                prop_assert_eq!(merged, merges_model(&chunks, descending), "{:?}", chunks);
+                prop_assert_eq!(sorted, !merged);
+            }
+        }
+    }
+
+    /// Runs `chunks` through a SortedRunsExec and the plain sort on (time,
+    /// host); returns both answers and whether the runs were merged or the
+    /// rows sorted.
+    async fn both_series(
+        chunks: &[Vec<(i64, Option<String>)>],
+        descending: bool,
+    ) -> (Vec<Row>, Vec<Row>, bool, bool) {
+        let ctx = Arc::new(TaskContext::default());
+        let input = series_batches(chunks);
+        let source = MemorySourceConfig::try_new_exec(&[input], series_schema(), None).unwrap();
+        let options = |descending| arrow::compute::SortOptions {
+            descending,
+            nulls_first: false,
+        };
+        let keys = vec![
+            PhysicalSortExpr::new(Arc::new(Column::new("time", 0)), options(descending)),
+            PhysicalSortExpr::new(Arc::new(Column::new("host", 1)), options(false)),
+        ];
+        let sort: Arc<dyn ExecutionPlan> =
+            Arc::new(SortExec::new(LexOrdering::new(keys).unwrap(), source));
+        let exec = Arc::new(SortedRunsExec::over(Arc::clone(&sort)));
+        let got = series_rows(&collect(exec.clone(), Arc::clone(&ctx)).await.unwrap());
+        let want = series_rows(&collect(sort, ctx).await.unwrap());
+        let metrics = exec.metrics().unwrap();
+        let count = |name: &str| metrics.sum_by_name(name).map_or(0, |m| m.as_usize());
+        assert_eq!(count("batches_in_order"), 0, "not one integer key");
+        if count("runs_merged") > 0 {
+            assert_eq!(count("rows_merged"), got.len());
+        }
+        (got, want, count("runs_merged") > 0, count("rows_sorted") > 0)
+    }
+
+    #[tokio::test]
+    async fn series_interleaved_in_time_are_merged_not_sorted() {
+        // ORDER BY time over three series in two batches, each series a
+        // stretch of 40 rows in time order (one batch newest first).
+        let stretch = |host: &str, from: i64| -> Vec<(i64, Option<String>)> {
+            (0..40).map(|i| (from + 3 * i, Some(host.to_string()))).collect()
+        };
+        let mut second = [stretch("b", 1), stretch("c", 2)].concat();
+        second.reverse();
+        let chunks = vec![stretch("a", 0), second];
+        let (got, want, merged, sorted) = both_series(&chunks, false).await;
+        assert!(merged && !sorted);
+        assert_eq!(got, want, "no two rows tie on (time, host)");
+        assert_eq!(got.len(), 120);
+        // Rows in no order: sorted.
+        let shuffled: Vec<(i64, Option<String>)> =
+            (0..100).map(|i| ((i * 37) % 101, Some("a".into()))).collect();
+        let (got, want, merged, sorted) = both_series(&[shuffled], false).await;
+        assert!(!merged && sorted);
+        assert_eq!(got, want);
     }
 }
