@@ -49,13 +49,13 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::LexOrdering;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::EmptyRecordBatchStream;
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
-use datafusion::physical_expr::LexOrdering;
-use datafusion::physical_plan::EmptyRecordBatchStream;
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
@@ -278,7 +278,7 @@ pub fn runs_of(batches: &[RecordBatch], ordering: &LexOrdering) -> DfResult<Opti
             match cmp.compare(i - 1, i) {
                 std::cmp::Ordering::Greater => up.push(i),
                 std::cmp::Ordering::Less => down.push(i),
-                std::cmp::Ordering::Equal => {}
+                std::cmp::Ordering::Equal => continue,
             }
             if count + up.len().min(down.len()) >= MAX_RUNS {
                 return Ok(None);
@@ -318,7 +318,6 @@ pub fn runs_of(batches: &[RecordBatch], ordering: &LexOrdering) -> DfResult<Opti
 }
 
 /// What [`runs_of`] cut.
-#[derive(Default)]
 pub struct Runs {
     /// Each in order on the keys.
     pub batches: Vec<RecordBatch>,
@@ -348,8 +347,7 @@ fn merged(
                 as SendableRecordBatchStream
         })
         .collect();
-    let reservation =
-        MemoryConsumer::new("SortedRunsExec merge").register(context.memory_pool());
+    let reservation = MemoryConsumer::new("SortedRunsExec merge").register(context.memory_pool());
     StreamingMergeBuilder::new()
         .with_streams(streams)
         .with_schema(schema)
@@ -359,6 +357,41 @@ fn merged(
         .with_fetch(None)
         .with_reservation(reservation)
         .build()
+}
+
+/// On one integer column: the order in which `batches` pass as they are
+/// (in order as asked), or, failing that, in the opposite order (one series
+/// asked newest first) with `true`: each batch then to be turned around (a
+/// copy, but no sort).
+fn passing_order(
+    batches: &[RecordBatch],
+    column: usize,
+    descending: bool,
+) -> (Option<Vec<usize>>, bool) {
+    if let Some(order) = order_of_runs(batches, column, descending) {
+        return (Some(order), false);
+    }
+    match order_of_runs(batches, column, !descending) {
+        Some(mut order) => {
+            order.reverse();
+            (Some(order), true)
+        }
+        None => (None, false),
+    }
+}
+
+/// `stream` holding `reservation` until it is dropped: the memory of
+/// gathered batches it hands on (or merges) stays accounted for till then.
+fn holding(
+    stream: impl futures::Stream<Item = DfResult<RecordBatch>> + Send + 'static,
+    reservation: datafusion::execution::memory_pool::MemoryReservation,
+    schema: &SchemaRef,
+) -> SendableRecordBatchStream {
+    let held = stream.map(move |b| {
+        let _ = &reservation;
+        b
+    });
+    Box::pin(RecordBatchStreamAdapter::new(Arc::clone(schema), held))
 }
 
 /// One stream, handed out once: what the sort replaced reads, through a
@@ -429,14 +462,10 @@ fn turned_around(b: &RecordBatch) -> DfResult<RecordBatch> {
 
 impl DisplayAs for SortedRunsExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        let any: &dyn std::any::Any = self.sort.as_ref();
-        let expr = any
-            .downcast_ref::<SortExec>()
-            .map(|s| s.expr().to_string())
-            .unwrap_or_default();
         write!(
             f,
-            "SortedRunsExec: expr=[{expr}] (batches in order pass unsorted)"
+            "SortedRunsExec: expr=[{}] (batches in order pass unsorted)",
+            self.ordering
         )
     }
 }
@@ -511,22 +540,9 @@ impl ExecutionPlan for SortedRunsExec {
                 }
             }
             drop(input);
-            // On one integer column: in order as asked; or, failing that,
-            // in the opposite order (one series asked newest first), each
-            // batch then turned around (a copy, but no sort).
             let (order, turn) = match column {
+                Some((column, descending)) => passing_order(&batches, column, descending),
                 None => (None, false),
-                Some((column, descending)) => match order_of_runs(&batches, column, descending)
-                {
-                    Some(order) => (Some(order), false),
-                    None => match order_of_runs(&batches, column, !descending) {
-                        Some(mut order) => {
-                            order.reverse();
-                            (Some(order), true)
-                        }
-                        None => (None, false),
-                    },
-                },
             };
             // Else the batches' runs merged, if they are long enough.
             let runs = match order {
@@ -541,12 +557,14 @@ impl ExecutionPlan for SortedRunsExec {
                     // The runs are slices of the gathered batches (or
                     // copies of them), held until the merge is done.
                     drop(batches);
-                    let merge = merged(runs.batches, Arc::clone(&out_schema), &ordering, baseline, &context)?;
-                    let held = merge.map(move |b| {
-                        let _ = &reservation;
-                        b
-                    });
-                    Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&out_schema), held))
+                    let merge = merged(
+                        runs.batches,
+                        Arc::clone(&out_schema),
+                        &ordering,
+                        baseline,
+                        &context,
+                    )?;
+                    holding(merge, reservation, &out_schema)
                 }
                 (Some(order), _) => {
                     in_order.add(order.len());
@@ -560,13 +578,7 @@ impl ExecutionPlan for SortedRunsExec {
                         .filter_map(|i| batches[i].take())
                         .map(|b| if turn { turned_around(&b) } else { Ok(b) })
                         .collect();
-                    // The reservation is held until the batches are handed
-                    // on (dropped with the stream).
-                    let held = futures::stream::iter(ordered).map(move |b| {
-                        let _ = &reservation;
-                        b
-                    });
-                    Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&out_schema), held))
+                    holding(futures::stream::iter(ordered), reservation, &out_schema)
                 }
                 (None, None) => {
                     sorted.add(batches.iter().map(|b| b.num_rows()).sum());
@@ -900,7 +912,11 @@ mod tests {
     /// The order the sort is asked for, as a plain comparison of rows:
     /// time (descending if asked), then host with NULL last.
     fn model_cmp(a: &Row, b: &Row, descending: bool) -> std::cmp::Ordering {
-        let t = if descending { b.0.cmp(&a.0) } else { a.0.cmp(&b.0) };
+        let t = if descending {
+            b.0.cmp(&a.0)
+        } else {
+            a.0.cmp(&b.0)
+        };
         let h = match (&a.1, &b.1) {
             (Some(x), Some(y)) => x.cmp(y),
             (Some(_), None) => std::cmp::Ordering::Less,
@@ -1025,7 +1041,12 @@ mod tests {
         if count("runs_merged") > 0 {
             assert_eq!(count("rows_merged"), got.len());
         }
-        (got, want, count("runs_merged") > 0, count("rows_sorted") > 0)
+        (
+            got,
+            want,
+            count("runs_merged") > 0,
+            count("rows_sorted") > 0,
+        )
     }
 
     #[tokio::test]
@@ -1033,7 +1054,9 @@ mod tests {
         // ORDER BY time over three series in two batches, each series a
         // stretch of 40 rows in time order (one batch newest first).
         let stretch = |host: &str, from: i64| -> Vec<(i64, Option<String>)> {
-            (0..40).map(|i| (from + 3 * i, Some(host.to_string()))).collect()
+            (0..40)
+                .map(|i| (from + 3 * i, Some(host.to_string())))
+                .collect()
         };
         let mut second = [stretch("b", 1), stretch("c", 2)].concat();
         second.reverse();
@@ -1043,8 +1066,9 @@ mod tests {
         assert_eq!(got, want, "no two rows tie on (time, host)");
         assert_eq!(got.len(), 120);
         // Rows in no order: sorted.
-        let shuffled: Vec<(i64, Option<String>)> =
-            (0..100).map(|i| ((i * 37) % 101, Some("a".into()))).collect();
+        let shuffled: Vec<(i64, Option<String>)> = (0..100)
+            .map(|i| ((i * 37) % 101, Some("a".into())))
+            .collect();
         let (got, want, merged, sorted) = both_series(&[shuffled], false).await;
         assert!(!merged && sorted);
         assert_eq!(got, want);

@@ -821,7 +821,8 @@ async fn check_sorted_runs(http: &Http, ctx: &SessionContext, stage: &str, count
     for (q, keys, how) in cases {
         let got = http.rows("public", q).await;
         let want = model_rows(ctx, q).await;
-        let lead = |rows: &[Vec<Value>]| rows.iter().map(|r| r[..keys].to_vec()).collect::<Vec<_>>();
+        let lead =
+            |rows: &[Vec<Value>]| rows.iter().map(|r| r[..keys].to_vec()).collect::<Vec<_>>();
         assert_eq!(lead(&got), lead(&want), "{stage}: {q}");
         assert!(!want.is_empty(), "{stage}: {q}: no rows to check");
         assert_eq!(sorted(got, 9), sorted(want, 9), "{stage}: {q}");
