@@ -24,16 +24,22 @@
 //! sort too (the gathered batches, then the rest), which spills to disk as
 //! it would have.
 //!
-//! Several series' rows (`ORDER BY time` over many hosts, or `ORDER BY
-//! time, hostname`: any sort keys, not only one time column) come as
-//! batches that hold one stretch in order for each series they cover. When
-//! the batches cut that way give runs of [`MIN_RUN_ROWS`] rows or more on
-//! average and no more than [`MAX_RUNS`] of them, the runs (slices of the
-//! batches, or, where a batch's stretches stand in the opposite order,
-//! copies turned around) are merged by DataFusion's streaming merge, the
-//! one a sort ends with, instead of being sorted first: with the sort's
-//! comparisons on the same keys, the answer is the sort's. EXPLAIN ANALYZE
-//! counts `batches_in_order`, `batches_turned`, `runs_merged`,
+//! Batches that are each in order on the sort keys (or each in the
+//! opposite order) but whose ranges overlap, on any sort keys, not only one
+//! time column, are merged by DataFusion's streaming merge, the one a sort
+//! ends with, instead of being sorted first (a batch in the opposite order
+//! turned around), when they average [`MIN_RUN_ROWS`] rows or more and are
+//! no more than [`MAX_RUNS`]: with the sort's comparisons on the same keys,
+//! the answer is the sort's. Batches that each hold several series' rows
+//! in order by time (`ORDER BY time` over many hosts, TSBS `high-cpu-all`'s
+//! `ORDER BY time, hostname`) are not cut into their runs to be merged:
+//! measured at 10M rows (`bench/results/ab-2026-12-06-merged-runs.md`),
+//! `high-cpu-all` (45k rows in six batches, 100 runs) took 37.5 ms with
+//! its runs merged and 32.7 with the sort, which sorts each batch and
+//! merges six; 432k rows of all hosts `ORDER BY time` (53 batches, 151
+//! runs) 42.1 and 42.3. The fan-in of the merge is its cost, and
+//! cut into runs it is higher than the sort's. EXPLAIN ANALYZE counts
+//! `batches_in_order`, `batches_turned`, `runs_merged`,
 //! `rows_merged`, `rows_sorted` and `over_memory`.
 
 use std::fmt;
@@ -114,7 +120,7 @@ pub struct SortedRunsExec {
 
 /// Runs shorter than this on average are not merged: the batches go to the
 /// sort (a merge costs a comparison per row per level of its tree, and
-/// each run a cursor; rows in no order would be runs of one or two).
+/// each run a cursor).
 pub const MIN_RUN_ROWS: usize = 16;
 /// Runs merged at most; more go to the sort.
 pub const MAX_RUNS: usize = 16_384;
@@ -250,46 +256,48 @@ pub fn order_of_runs(
     touching.then(|| runs.into_iter().map(|r| r.2).collect())
 }
 
-/// `batches` cut into their runs on `ordering`: in each batch, the
-/// stretches whose rows stand in order (each a slice of the batch), or,
-/// when fewer stretches stand in the opposite order, those turned around
-/// (copies). `None` when the runs would be more than [`MAX_RUNS`] (it
-/// gives up as soon as they are) or shorter than [`MIN_RUN_ROWS`] on
-/// average.
+/// `batches` as runs to merge on `ordering`: each batch whose rows stand
+/// in order is one run as it is; one whose rows stand in the opposite
+/// order is one run turned around (a copy). `None` as soon as a batch is
+/// neither (it holds several runs: the sort, which merges no more streams
+/// than there are batches, is cheaper than a merge of all those runs), or
+/// when the runs would be more than [`MAX_RUNS`] or shorter than
+/// [`MIN_RUN_ROWS`] on average.
 pub fn runs_of(batches: &[RecordBatch], ordering: &LexOrdering) -> DfResult<Option<Runs>> {
-    // First where each batch's runs end, and which way they stand.
-    let mut cut: Vec<(Vec<usize>, bool)> = Vec::with_capacity(batches.len());
+    // First which way each batch stands.
+    let mut turn: Vec<bool> = Vec::with_capacity(batches.len());
     let (mut count, mut rows) = (0usize, 0usize);
     for b in batches {
         let n = b.num_rows();
         if n == 0 {
-            cut.push((Vec::new(), false));
+            turn.push(false);
             continue;
         }
+        count += 1;
         rows += n;
+        if count > MAX_RUNS {
+            return Ok(None);
+        }
         let keys = ordering
             .iter()
             .map(|e| e.evaluate_to_sort_column(b))
             .collect::<DfResult<Vec<_>>>()?;
         let cmp = arrow::compute::LexicographicalComparator::try_new(&keys)?;
-        // Rows i-1 and i out of order, one way or the other.
-        let (mut up, mut down) = (Vec::new(), Vec::new());
+        // Whether some row stands above the next, and some below.
+        let (mut up, mut down) = (false, false);
         for i in 1..n {
             match cmp.compare(i - 1, i) {
-                std::cmp::Ordering::Greater => up.push(i),
-                std::cmp::Ordering::Less => down.push(i),
-                std::cmp::Ordering::Equal => continue,
+                std::cmp::Ordering::Greater => up = true,
+                std::cmp::Ordering::Less => down = true,
+                std::cmp::Ordering::Equal => {}
             }
-            if count + up.len().min(down.len()) >= MAX_RUNS {
+            if up && down {
                 return Ok(None);
             }
         }
-        let turn = down.len() < up.len();
-        let ends = if turn { down } else { up };
-        count += ends.len() + 1;
-        cut.push((ends, turn));
+        turn.push(up);
     }
-    if count > MAX_RUNS || count * MIN_RUN_ROWS > rows {
+    if count * MIN_RUN_ROWS > rows {
         return Ok(None);
     }
     let mut runs = Runs {
@@ -297,22 +305,16 @@ pub fn runs_of(batches: &[RecordBatch], ordering: &LexOrdering) -> DfResult<Opti
         turned: 0,
         rows,
     };
-    for (b, (ends, turn)) in batches.iter().zip(cut) {
-        let n = b.num_rows();
-        if n == 0 {
+    for (b, turn) in batches.iter().zip(turn) {
+        if b.num_rows() == 0 {
             continue;
         }
-        let mut start = 0;
-        for end in ends.into_iter().chain([n]) {
-            let run = b.slice(start, end - start);
-            runs.batches.push(if turn {
-                runs.turned += 1;
-                turned_around(&run)?
-            } else {
-                run
-            });
-            start = end;
-        }
+        runs.batches.push(if turn {
+            runs.turned += 1;
+            turned_around(b)?
+        } else {
+            b.clone()
+        });
     }
     Ok(Some(runs))
 }
@@ -942,7 +944,11 @@ mod tests {
                 .windows(2)
                 .filter(|w| model_cmp(&w[0], &w[1], descending).is_lt())
                 .count();
-            runs += 1 + up.min(down);
+            if up > 0 && down > 0 {
+                // Several runs in one batch: sorted.
+                return false;
+            }
+            runs += 1;
             rows += c.len();
         }
         runs <= MAX_RUNS && runs * MIN_RUN_ROWS <= rows
@@ -1050,21 +1056,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn series_interleaved_in_time_are_merged_not_sorted() {
-        // ORDER BY time over three series in two batches, each series a
-        // stretch of 40 rows in time order (one batch newest first).
+    async fn batches_each_in_order_are_merged_and_batches_of_several_runs_sorted() {
+        // ORDER BY time over three series, each a batch of 40 rows in time
+        // order (one newest first), their times interleaved: merged.
         let stretch = |host: &str, from: i64| -> Vec<(i64, Option<String>)> {
             (0..40)
                 .map(|i| (from + 3 * i, Some(host.to_string())))
                 .collect()
         };
-        let mut second = [stretch("b", 1), stretch("c", 2)].concat();
-        second.reverse();
-        let chunks = vec![stretch("a", 0), second];
+        let mut newest_first = stretch("c", 2);
+        newest_first.reverse();
+        let chunks = vec![stretch("a", 0), stretch("b", 1), newest_first];
         let (got, want, merged, sorted) = both_series(&chunks, false).await;
         assert!(merged && !sorted);
         assert_eq!(got, want, "no two rows tie on (time, host)");
         assert_eq!(got.len(), 120);
+        // The same rows with two series in one batch (two runs): sorted,
+        // as the sort merges no more streams than there are batches.
+        let chunks = vec![stretch("a", 0), [stretch("b", 1), stretch("c", 2)].concat()];
+        let (got, want, merged, sorted) = both_series(&chunks, false).await;
+        assert!(!merged && sorted);
+        assert_eq!(got, want);
         // Rows in no order: sorted.
         let shuffled: Vec<(i64, Option<String>)> = (0..100)
             .map(|i| ((i * 37) % 101, Some("a".into())))
