@@ -292,7 +292,8 @@ def markdown(r: dict, pngs: list[str]) -> str:
     L.append(f"- Timing: {st['warmup']} warm-up, then {st['runs']} timed runs per query per system{more}; "
              "median (min–max) in ms, wall time on the client, the full answer fetched. Embedded systems "
              "(DuckDB, chDB, DataFusion) run in the benchmark's process; Sealion is asked over HTTP "
-             "(`format=arrow`; `sealion-pg`, when present, is the same process over pgwire with psycopg; "
+             f"with {st.get('sealion_http_client', 'Python http.client')} "
+             "(`format=arrow`, decoded by pyarrow; `sealion-pg`, when present, is the same process over pgwire with psycopg; "
              "`sealion-cluster` is `sealion cluster` with one meta, three storage and one query process, "
              "replication factor 1, loaded and sealed the same way), "
              "PostgreSQL over TCP with psycopg: the noise floor below is each one's round trip. Ratios use "
@@ -301,7 +302,8 @@ def markdown(r: dict, pngs: list[str]) -> str:
              "relative 1e-9) before any timing; a pair that errors or disagrees with the majority is withheld "
              "and listed below with the reason.")
     if "sealion" in r.get("load", {}):
-        L.append(f"- Sealion: `{r.get('sealion_binary')}` ({build} build, built {r.get('sealion_binary_mtime')}), "
+        commit = f" of {r['sealion_commit']}" if r.get("sealion_commit") else ""
+        L.append(f"- Sealion: `{r.get('sealion_binary')}` ({build} build{commit}, built {r.get('sealion_binary_mtime')}), "
                  f"started as `{r['load']['sealion'].get('command', 'sealion standalone ...')}` "
                  "in a temp dir (background sealing off); every partition sealed with "
                  "`/api/v1/admin/seal` after loading, so **the timings are of sealed data**.")
