@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 PIP = {"duckdb": "duckdb", "chdb": "chdb", "datafusion": "datafusion", "pyarrow": "pyarrow",
-       "matplotlib": "matplotlib", "psycopg": "psycopg[binary]", "pycurl": "pycurl", "numpy": "numpy",
+       "matplotlib": "matplotlib", "psycopg": "psycopg[binary]", "numpy": "numpy",
        "zstandard": "zstandard"}
 QUERY_SYSTEMS = ["sealion", "sealion-pg", "sealion-cluster", "postgres-plain", "postgres-part", "duckdb", "chdb",
                  "datafusion"]
@@ -302,7 +302,6 @@ def main() -> int:
                     "query_data": a.query_data,
                     "settings": {"runs": a.runs, "warmup": a.warmup, "noise_runs": a.noise_runs,
                                  "min_time_s": a.min_time, "max_runs": a.max_runs,
-                                 "sealion_http_client": "libcurl (pycurl)",
                                  "batch_rows": a.batch_rows, "load_clients": a.load_clients,
                                  "ingest_rows": ingest_rows, "ingest_runs": a.ingest_runs,
                                  "single_row_rows": a.single_row_rows,

@@ -30,7 +30,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import http.client
-import io
 import json
 import os
 import shutil
@@ -86,38 +85,6 @@ def wait_http(host: str, port: int, path: str, timeout: float, proc: subprocess.
             pass
         time.sleep(0.2)
     raise RuntimeError(f"{host}:{port}{path} not healthy after {timeout}s; see {log}")
-
-
-class CurlPost:
-    """POSTs over one keep-alive connection with libcurl (pycurl), the
-    client Sealion's HTTP queries are timed with. Python's http.client
-    parses each answer's headers in Python: at the full scale that was
-    0.26-0.29 ms for `SELECT 1` where the same requests over a bare socket
-    took 0.14-0.15 and psycopg's libpq 0.15-0.18 over pgwire
-    (bench/results/http-client-2026-12-06.md). libcurl, like libpq for
-    PostgreSQL, keeps the client's share of a small query in C."""
-
-    def __init__(self, port: int, timeout_s: int = 3600):
-        import pycurl
-        self.pycurl = pycurl
-        self.base = f"http://127.0.0.1:{port}"
-        self.c = pycurl.Curl()
-        self.c.setopt(pycurl.POST, 1)
-        self.c.setopt(pycurl.TCP_NODELAY, 1)
-        self.c.setopt(pycurl.TIMEOUT, timeout_s)
-        # No `Expect: 100-continue` round trip before a large body.
-        self.c.setopt(pycurl.HTTPHEADER, ["Expect:", "Content-Type: text/plain"])
-
-    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        buf = io.BytesIO()
-        self.c.setopt(self.pycurl.URL, self.base + path)
-        self.c.setopt(self.pycurl.POSTFIELDS, body)
-        self.c.setopt(self.pycurl.WRITEDATA, buf)
-        self.c.perform()
-        return self.c.getinfo(self.pycurl.RESPONSE_CODE), buf.getvalue()
-
-    def close(self) -> None:
-        self.c.close()
 
 
 def deb_version(pkg: str) -> str:
@@ -264,9 +231,7 @@ class Sealion:
         raise AssertionError
 
     def sql(self, q: str, fmt: str = "arrow") -> bytes:
-        if getattr(self, "curl", None) is None or self.curl_port != self.http_port:
-            self.curl, self.curl_port = CurlPost(self.http_port), self.http_port
-        status, body = self.curl.post(f"/api/v1/sql?db=public&format={fmt}", q.encode())
+        status, body = self._post(f"/api/v1/sql?db=public&format={fmt}", q.encode())
         if status >= 300:
             try:
                 err = json.loads(body)
@@ -358,9 +323,6 @@ class Sealion:
     def stop(self) -> None:
         try:
             self.conn.close()
-            if getattr(self, "curl", None) is not None:
-                self.curl.close()
-                self.curl = None
         except Exception:
             pass
         stop_proc(self.proc)
@@ -514,9 +476,6 @@ class SealionClusterQueries(Sealion):
     def stop(self) -> None:
         try:
             self.conn.close()
-            if getattr(self, "curl", None) is not None:
-                self.curl.close()
-                self.curl = None
         except Exception:
             pass
         self.cluster.stop()
