@@ -319,7 +319,7 @@ pub fn runs_of(batches: &[RecordBatch], ordering: &LexOrdering) -> DfResult<Opti
     Ok(Some(runs))
 }
 
-/// What [`runs_of`] cut.
+/// What [`runs_of`] found: the batches as runs to merge.
 pub struct Runs {
     /// Each in order on the keys.
     pub batches: Vec<RecordBatch>,
@@ -556,8 +556,8 @@ impl ExecutionPlan for SortedRunsExec {
                     runs_merged.add(runs.batches.len());
                     rows_merged.add(runs.rows);
                     turned.add(runs.turned);
-                    // The runs are slices of the gathered batches (or
-                    // copies of them), held until the merge is done.
+                    // The runs are the gathered batches (shared, or
+                    // copies turned around), held until the merge is done.
                     drop(batches);
                     let merge = merged(
                         runs.batches,
@@ -621,25 +621,31 @@ mod tests {
         ]))
     }
 
-    /// A batch of (time, row number) for each chunk, rows numbered
-    /// across them.
-    fn batches(chunks: &[Vec<Option<i64>>]) -> Vec<RecordBatch> {
+    /// A batch for each chunk: the columns `keys` makes of it, then the
+    /// row number, rows numbered across the chunks.
+    fn numbered<T>(
+        chunks: &[Vec<T>],
+        schema: arrow::datatypes::SchemaRef,
+        keys: impl Fn(&[T]) -> Vec<ArrayRef>,
+    ) -> Vec<RecordBatch> {
         let mut row = 0i64;
         chunks
             .iter()
             .map(|c| {
                 let rows: Vec<i64> = (row..row + c.len() as i64).collect();
                 row += c.len() as i64;
-                RecordBatch::try_new(
-                    schema(),
-                    vec![
-                        Arc::new(TimestampNanosecondArray::from(c.clone())),
-                        Arc::new(Int64Array::from(rows)),
-                    ],
-                )
-                .unwrap()
+                let mut columns = keys(c);
+                columns.push(Arc::new(Int64Array::from(rows)));
+                RecordBatch::try_new(Arc::clone(&schema), columns).unwrap()
             })
             .collect()
+    }
+
+    /// A batch of (time, row number) for each chunk.
+    fn batches(chunks: &[Vec<Option<i64>>]) -> Vec<RecordBatch> {
+        numbered(chunks, schema(), |c| {
+            vec![Arc::new(TimestampNanosecondArray::from(c.to_vec()))]
+        })
     }
 
     fn sort_exec(input: Vec<RecordBatch>, descending: bool) -> Arc<dyn ExecutionPlan> {
@@ -876,25 +882,14 @@ mod tests {
     type Row = (i64, Option<String>, i64);
 
     fn series_batches(chunks: &[Vec<(i64, Option<String>)>]) -> Vec<RecordBatch> {
-        let mut row = 0i64;
-        chunks
-            .iter()
-            .map(|c| {
-                let rows: Vec<i64> = (row..row + c.len() as i64).collect();
-                row += c.len() as i64;
-                RecordBatch::try_new(
-                    series_schema(),
-                    vec![
-                        Arc::new(Int64Array::from_iter_values(c.iter().map(|r| r.0))),
-                        Arc::new(arrow::array::StringArray::from_iter(
-                            c.iter().map(|r| r.1.clone()),
-                        )),
-                        Arc::new(Int64Array::from(rows)),
-                    ],
-                )
-                .unwrap()
-            })
-            .collect()
+        numbered(chunks, series_schema(), |c| {
+            vec![
+                Arc::new(Int64Array::from_iter_values(c.iter().map(|r| r.0))),
+                Arc::new(arrow::array::StringArray::from_iter(
+                    c.iter().map(|r| r.1.clone()),
+                )),
+            ]
+        })
     }
 
     fn series_rows(out: &[RecordBatch]) -> Vec<Row> {
@@ -928,10 +923,10 @@ mod tests {
         t.then(h)
     }
 
-    /// The plain model of when runs are merged: per batch, the stretches in
-    /// order one way or the other (whichever are fewer), counted over all
-    /// batches; merged unless they are more than MAX_RUNS or shorter than
-    /// MIN_RUN_ROWS on average.
+    /// The plain model of when runs are merged: every non-empty batch one
+    /// run, its rows never going both ways on the keys; merged unless the
+    /// batches are more than MAX_RUNS or shorter than MIN_RUN_ROWS on
+    /// average.
     fn merges_model(chunks: &[Vec<(i64, Option<String>)>], descending: bool) -> bool {
         let (mut runs, mut rows) = (0usize, 0usize);
         for c in chunks.iter().filter(|c| !c.is_empty()) {
