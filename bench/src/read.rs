@@ -54,9 +54,7 @@ fn node_scan(
 ) -> anyhow::Result<(Vec<RecordBatch>, ScanMetrics)> {
     let q = Query::compile(req)?;
     let batches = Mutex::new(Vec::new());
-    let send = |b: RecordBatch| {
-        batches.lock().map(|mut v| v.push(b)).is_ok()
-    };
+    let send = |b: RecordBatch| batches.lock().map(|mut v| v.push(b)).is_ok();
     let mut sink = |b: RecordBatch| send(b);
     let mut out = Output::new(&q, &mut sink);
     let parts = if threads > 1 && q.splits() {

@@ -352,12 +352,128 @@ pub fn for_each_field(
     well_formed && ok
 }
 
-/// How one batch column maps onto the table.
+/// One field column of a batch, as the array of its type.
+enum FieldArray<'a> {
+    F64(&'a Float64Array),
+    I64(&'a Int64Array),
+    U64(&'a UInt64Array),
+    Bool(&'a BooleanArray),
+    Str(&'a StringArray),
+}
+
+/// How one batch field column maps onto the table.
 struct Source<'a> {
-    column: &'a Column,
     /// The column's index in the table's column list.
     index: usize,
     array: &'a ArrayRef,
+    values: FieldArray<'a>,
+}
+
+impl<'a> Source<'a> {
+    fn new(column: &'a Column, index: usize, array: &'a ArrayRef) -> Result<Self> {
+        let any = array.as_any();
+        let values = match column.data_type() {
+            DataType::Float64 => any.downcast_ref().map(FieldArray::F64),
+            DataType::Int64 => any.downcast_ref().map(FieldArray::I64),
+            DataType::Uint64 => any.downcast_ref().map(FieldArray::U64),
+            DataType::Bool => any.downcast_ref().map(FieldArray::Bool),
+            DataType::String | DataType::Unspecified => any.downcast_ref().map(FieldArray::Str),
+            DataType::Timestamp => None,
+        }
+        .ok_or_else(|| Error::Invalid(format!("field {:?} has an unexpected type", column.name)))?;
+        Ok(Source {
+            index,
+            array,
+            values,
+        })
+    }
+
+    /// Appends the field's value in `row` (which is not null).
+    fn put(&self, out: &mut Vec<u8>, row: usize) -> Result<()> {
+        match self.values {
+            FieldArray::F64(a) => {
+                out.push(T_F64);
+                out.extend_from_slice(&a.value(row).to_bits().to_be_bytes());
+            }
+            FieldArray::I64(a) => {
+                out.push(T_I64);
+                out.extend_from_slice(&(a.value(row) as u64).to_be_bytes());
+            }
+            FieldArray::U64(a) => {
+                out.push(T_U64);
+                out.extend_from_slice(&a.value(row).to_be_bytes());
+            }
+            FieldArray::Bool(a) => {
+                out.push(T_BOOL);
+                out.push(a.value(row) as u8);
+            }
+            FieldArray::Str(a) => {
+                out.push(T_STR);
+                put_str(out, a.value(row))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rows encoded as RocksDB keys and values, all in one buffer (no
+/// allocation per row), in the order they are to be written.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct EncodedRows {
+    buf: Vec<u8>,
+    /// Per row, where its key ends and where its value ends in `buf`; the
+    /// key starts where the row before ended.
+    ends: Vec<(usize, usize)>,
+}
+
+impl EncodedRows {
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Bytes of every key and value.
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Each row's (key, value), in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        let mut start = 0;
+        self.ends.iter().map(move |&(key_end, value_end)| {
+            let row = (&self.buf[start..key_end], &self.buf[key_end..value_end]);
+            start = value_end;
+            row
+        })
+    }
+
+    /// Appends `other`'s rows after these.
+    pub fn append(&mut self, other: &EncodedRows) {
+        let base = self.buf.len();
+        self.buf.extend_from_slice(&other.buf);
+        self.ends
+            .extend(other.ends.iter().map(|&(k, v)| (base + k, base + v)));
+    }
+
+    fn push_key(&mut self, partition_id: u64, series: &[u8], time_ns: i64) {
+        self.buf.extend_from_slice(&partition_prefix(partition_id));
+        self.buf
+            .extend_from_slice(&(series.len() as u32).to_be_bytes());
+        self.buf.extend_from_slice(series);
+        self.buf.extend_from_slice(&time_bytes(time_ns));
+        self.ends.push((self.buf.len(), self.buf.len()));
+    }
+
+    /// Ends the row whose key was pushed last at the buffer's end.
+    fn end_value(&mut self) {
+        if let Some(last) = self.ends.last_mut() {
+            last.1 = self.buf.len();
+        }
+    }
 }
 
 /// Encodes every row of `batch` (columns named after `columns`, which are
@@ -365,11 +481,19 @@ struct Source<'a> {
 /// its index there) into RocksDB key/value pairs for `partition_id`. A
 /// batch column that the table lacks, or whose Arrow type differs from the
 /// column's, is an error; nothing of the batch is written then.
-pub fn encode_batch(
+///
+/// The pairs come in key order, except that rows with the same key keep
+/// their order in the batch (so the last of them is the one that stays,
+/// written in this order). RocksDB inserts a batch's keys into its
+/// memtable one by one; in key order each insert starts where the one
+/// before it ended instead of searching the skip list from the top, which
+/// was most of a write's memtable cost with keys that share a long series
+/// prefix.
+pub fn encode_rows(
     partition_id: u64,
     columns: &[Column],
     batch: &RecordBatch,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+) -> Result<EncodedRows> {
     let schema = batch.schema();
     let mut time: Option<&TimestampNanosecondArray> = None;
     let mut tags: Vec<(&Column, &StringArray)> = Vec::new();
@@ -408,26 +532,22 @@ pub fn encode_batch(
                     .ok_or_else(|| Error::Invalid(format!("tag {:?} is not text", column.name)))?;
                 tags.push((column, text));
             }
-            ColumnKind::Field | ColumnKind::Unspecified => fields.push(Source {
-                column,
-                index,
-                array,
-            }),
+            ColumnKind::Field | ColumnKind::Unspecified => {
+                fields.push(Source::new(column, index, array)?)
+            }
         }
     }
     let time = time.ok_or_else(|| Error::Invalid("batch has no time column".into()))?;
     tags.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    let n = batch.num_rows();
+    if let Some(row) = (0..n).find(|&row| time.is_null(row)) {
+        return Err(Error::Invalid(format!("row {row} has a null time")));
+    }
 
-    let mut out = Vec::with_capacity(batch.num_rows());
-    let mut series = Vec::new();
-    // The previous row's value length: rows of a batch are mostly alike, so
-    // the next value is made that large at once.
-    let mut value_len = 1;
-    for row in 0..batch.num_rows() {
-        if time.is_null(row) {
-            return Err(Error::Invalid(format!("row {row} has a null time")));
-        }
-        series.clear();
+    // Every row's series key, one after another in `series`.
+    let mut series: Vec<u8> = Vec::new();
+    let mut series_ends: Vec<usize> = Vec::with_capacity(n);
+    for row in 0..n {
         for (column, a) in &tags {
             if a.is_null(row) {
                 continue;
@@ -435,70 +555,98 @@ pub fn encode_batch(
             put_name(&mut series, &column.name)?;
             put_str(&mut series, a.value(row))?;
         }
-        let mut value = Vec::with_capacity(value_len);
-        value.push(ROW_FORMAT_V2);
+        series_ends.push(series.len());
+    }
+    let series_of = |row: usize| {
+        let start = if row == 0 { 0 } else { series_ends[row - 1] };
+        &series[start..series_ends[row]]
+    };
+    let order = key_order(n, series_of, |row| time.value(row));
+
+    let mut out = EncodedRows {
+        buf: Vec::with_capacity(series.len() + n * (20 + 1 + 10 * fields.len())),
+        ends: Vec::with_capacity(n),
+    };
+    for row in order {
+        out.push_key(partition_id, series_of(row), time.value(row));
+        out.buf.push(ROW_FORMAT_V2);
         for field in &fields {
             if field.array.is_null(row) {
                 continue;
             }
-            put_varint(&mut value, field.index as u64);
-            encode_field(&mut value, field, row)?;
+            put_varint(&mut out.buf, field.index as u64);
+            field.put(&mut out.buf, row)?;
         }
-        value_len = value.len();
-        out.push((encode_key(partition_id, &series, time.value(row)), value));
+        out.end_value();
     }
     Ok(out)
 }
 
-fn encode_field(out: &mut Vec<u8>, field: &Source, row: usize) -> Result<()> {
-    let any = field.array.as_any();
-    let bad = || {
-        Error::Invalid(format!(
-            "field {:?} has an unexpected type",
-            field.column.name
-        ))
-    };
-    match field.column.data_type() {
-        DataType::Float64 => {
-            out.push(T_F64);
-            let v = any
-                .downcast_ref::<Float64Array>()
-                .ok_or_else(bad)?
-                .value(row);
-            out.extend_from_slice(&v.to_bits().to_be_bytes());
+/// The rows `0..n` in the order of their keys (series key as the key holds
+/// it, its length first; then time), rows with equal keys in their own
+/// order. Rows are grouped by series first, so the sort compares each
+/// distinct series once rather than every row's key.
+fn key_order<'s>(
+    n: usize,
+    series_of: impl Fn(usize) -> &'s [u8],
+    time_of: impl Fn(usize) -> i64,
+) -> Vec<usize> {
+    // Each row's series, numbered in order of first appearance.
+    let mut number: rustc_hash::FxHashMap<&[u8], usize> = Default::default();
+    let mut first_rows: Vec<usize> = Vec::new();
+    let mut group_of: Vec<usize> = Vec::with_capacity(n);
+    for row in 0..n {
+        let next = first_rows.len();
+        let g = *number.entry(series_of(row)).or_insert(next);
+        if g == next {
+            first_rows.push(row);
         }
-        DataType::Int64 => {
-            out.push(T_I64);
-            let v = any.downcast_ref::<Int64Array>().ok_or_else(bad)?.value(row);
-            out.extend_from_slice(&(v as u64).to_be_bytes());
-        }
-        DataType::Uint64 => {
-            out.push(T_U64);
-            let v = any
-                .downcast_ref::<UInt64Array>()
-                .ok_or_else(bad)?
-                .value(row);
-            out.extend_from_slice(&v.to_be_bytes());
-        }
-        DataType::Bool => {
-            out.push(T_BOOL);
-            let v = any
-                .downcast_ref::<BooleanArray>()
-                .ok_or_else(bad)?
-                .value(row);
-            out.push(v as u8);
-        }
-        DataType::String | DataType::Unspecified => {
-            out.push(T_STR);
-            let v = any
-                .downcast_ref::<StringArray>()
-                .ok_or_else(bad)?
-                .value(row);
-            put_str(out, v)?;
-        }
-        DataType::Timestamp => return Err(bad()),
+        group_of.push(g);
     }
-    Ok(())
+    // The series in key order: by length, then by bytes.
+    let mut groups: Vec<usize> = (0..first_rows.len()).collect();
+    groups.sort_unstable_by(|&a, &b| {
+        let (a, b) = (series_of(first_rows[a]), series_of(first_rows[b]));
+        a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+    });
+    // Where each series' rows start in the answer (a counting sort: rows
+    // of one series keep their order).
+    let mut counts = vec![0usize; groups.len()];
+    for &g in &group_of {
+        counts[g] += 1;
+    }
+    let mut starts = vec![0usize; groups.len()];
+    let mut at = 0;
+    for &g in &groups {
+        starts[g] = at;
+        at += counts[g];
+    }
+    let mut order = vec![0usize; n];
+    let mut next = starts.clone();
+    for (row, &g) in group_of.iter().enumerate() {
+        order[next[g]] = row;
+        next[g] += 1;
+    }
+    // Within a series, by time; rows mostly come in time order already.
+    for &g in &groups {
+        let rows = &mut order[starts[g]..starts[g] + counts[g]];
+        if rows.windows(2).any(|w| time_of(w[0]) > time_of(w[1])) {
+            rows.sort_by_key(|&row| time_of(row));
+        }
+    }
+    order
+}
+
+/// [`encode_rows`] as one (key, value) pair of vectors per row.
+pub fn encode_batch(
+    partition_id: u64,
+    columns: &[Column],
+    batch: &RecordBatch,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    Ok(encode_rows(partition_id, columns, batch)?
+        .iter()
+        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .collect())
 }
 
 /// The rows a builder has room for when the caller does not say: Arrow's
@@ -939,6 +1087,70 @@ mod tests {
             };
             prop_assert_eq!(bits(decode_fields(&value, &table).unwrap()), bits(want.clone()));
             prop_assert_eq!(bits(decode_fields(&by_names(&fields), &table).unwrap()), bits(want));
+        }
+
+        /// A batch's rows come out as each row encoded alone would, in key
+        /// order, rows with equal keys (same series and time) in batch order.
+        #[test]
+        fn a_batch_is_encoded_in_key_order_with_equal_keys_in_batch_order(
+            rows in proptest::collection::vec(
+                (
+                    proptest::option::of("[xy]{0,3}"),
+                    proptest::option::of("[xy]{0,2}"),
+                    -3i64..3,
+                    proptest::option::of(-5i64..5),
+                ),
+                0..60,
+            )
+        ) {
+            let columns: Vec<Column> = [
+                ("time", ColumnKind::Time, DataType::Timestamp),
+                ("a", ColumnKind::Tag, DataType::String),
+                ("b", ColumnKind::Tag, DataType::String),
+                ("v", ColumnKind::Field, DataType::Int64),
+            ]
+            .iter()
+            .map(|(name, kind, ty)| Column {
+                name: name.to_string(),
+                kind: *kind as i32,
+                data_type: *ty as i32,
+            })
+            .collect();
+            let batch = RecordBatch::try_new(
+                arrow_schema(&columns),
+                vec![
+                    Arc::new(
+                        TimestampNanosecondArray::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())
+                            .with_timezone("UTC"),
+                    ),
+                    Arc::new(rows.iter().map(|r| r.0.clone()).collect::<StringArray>()),
+                    Arc::new(rows.iter().map(|r| r.1.clone()).collect::<StringArray>()),
+                    Arc::new(rows.iter().map(|r| r.3).collect::<Int64Array>()),
+                ],
+            )
+            .unwrap();
+            let mut model: Vec<(Vec<u8>, Vec<u8>)> = (0..rows.len())
+                .map(|i| encode_batch(9, &columns, &batch.slice(i, 1)).unwrap().remove(0))
+                .collect();
+            model.sort_by(|x, y| x.0.cmp(&y.0));
+            let encoded = encode_rows(9, &columns, &batch).unwrap();
+            prop_assert_eq!(encoded.len(), rows.len());
+            let got: Vec<(Vec<u8>, Vec<u8>)> =
+                encoded.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+            prop_assert_eq!(&got, &model);
+            // The pairs are those of the key and value codecs.
+            for (k, v) in &got {
+                let (pid, series, _) = decode_key(k).unwrap();
+                prop_assert_eq!(pid, 9);
+                prop_assert!(decode_series(series).is_some());
+                prop_assert!(decode_fields(v, &columns).is_some());
+            }
+            // Split in two and appended, the halves keep their own orders.
+            let half = rows.len() / 2;
+            let mut appended = encode_rows(9, &columns, &batch.slice(0, half)).unwrap();
+            appended.append(&encode_rows(9, &columns, &batch.slice(half, rows.len() - half)).unwrap());
+            prop_assert_eq!(appended.len(), rows.len());
+            prop_assert_eq!(appended.bytes(), encoded.bytes());
         }
 
         #[test]

@@ -1333,6 +1333,13 @@ async fn check_random_rows(
             }
         }
         let plan = explain(http, &sql).await;
+        // A contradiction (`host = 'a' AND host = 'b'`) is folded by
+        // DataFusion into an empty plan with no scan and no filter at all
+        // (seen: SEALION_SEED=18eed16a7d26e9e3).
+        if !plan.contains("SealionScanExec") {
+            assert!(plan.contains("EmptyExec"), "{context}: no scan; plan:\n{plan}");
+            continue;
+        }
         let by_nodes = filters.iter().all(|f| applied_by_nodes(f));
         unfiltered += usize::from(by_nodes);
         assert_eq!(

@@ -1394,8 +1394,14 @@ async fn repeated_queries_reuse_plans_and_still_see_every_change() {
                 .unwrap();
         let mut rows = Vec::new();
         for b in &batches {
-            let host = b.column(0).as_any().downcast_ref::<arrow::array::StringArray>();
-            let v = b.column(1).as_any().downcast_ref::<arrow::array::Float64Array>();
+            let host = b
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::StringArray>();
+            let v = b
+                .column(1)
+                .as_any()
+                .downcast_ref::<arrow::array::Float64Array>();
             let (host, v) = (host.unwrap(), v.unwrap());
             for i in 0..b.num_rows() {
                 rows.push((host.value(i).to_string(), v.value(i)));

@@ -33,7 +33,7 @@ use rocksdb::{
 };
 use sealion_common::proto::{Column, DeletePredicate, ScanMetrics, ScanRequest};
 
-use crate::rows::{decode_key, decode_series, encode_batch, partition_prefix};
+use crate::rows::{EncodedRows, decode_key, decode_series, encode_rows, partition_prefix};
 use crate::sealed::{SealedFile, SortedRow, write_sealed};
 use crate::{Error, Result};
 use sealion_format::digest::RowDigest;
@@ -629,25 +629,25 @@ fn mark_late_rows_once(db: &DB, sealed: impl Iterator<Item = u64>) -> Result<()>
 /// encodes first and holds its lock only for [`Engine::write_encoded`].
 #[derive(Debug, Default)]
 pub struct EncodedWrite {
-    parts: Vec<(u64, Vec<(Vec<u8>, Vec<u8>)>)>,
+    parts: Vec<(u64, EncodedRows)>,
 }
 
 impl EncodedWrite {
-    /// Encodes every row of `parts` (see `rows::encode_batch`): an error
+    /// Encodes every row of `parts` (see `rows::encode_rows`): an error
     /// in any batch fails the whole write.
     pub fn encode(columns: &[Column], parts: &[(u64, Vec<RecordBatch>)]) -> Result<Self> {
         let mut out = Vec::with_capacity(parts.len());
         for (partition_id, batches) in parts {
-            let mut pairs = Vec::new();
+            let mut rows = EncodedRows::default();
             for b in batches {
-                let mut kv = encode_batch(*partition_id, columns, b)?;
-                if pairs.is_empty() {
-                    pairs = kv;
+                let encoded = encode_rows(*partition_id, columns, b)?;
+                if rows.is_empty() {
+                    rows = encoded;
                 } else {
-                    pairs.append(&mut kv);
+                    rows.append(&encoded);
                 }
             }
-            out.push((*partition_id, pairs));
+            out.push((*partition_id, rows));
         }
         Ok(Self { parts: out })
     }
@@ -851,10 +851,17 @@ impl Engine {
     /// one partition: RocksDB then syncs them together.
     pub fn write_encoded(&self, rows: EncodedWrite, batch_id: &[u8], now_ms: u64) -> Result<u64> {
         check_batch_id(batch_id)?;
-        let mut batch = WriteBatch::default();
+        // Room for every row at once (each entry adds a tag and two length
+        // varints), rather than the batch's buffer grown and copied.
+        let bytes: usize = rows
+            .parts
+            .iter()
+            .map(|(_, p)| p.bytes() + 12 * p.len() + 64)
+            .sum();
+        let mut batch = WriteBatch::with_capacity_bytes(bytes + 12);
         let count = rows.rows();
         for (partition_id, pairs) in &rows.parts {
-            for (k, v) in pairs {
+            for (k, v) in pairs.iter() {
                 batch.put(k, v);
             }
             if !batch_id.is_empty() {
@@ -1871,6 +1878,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rows::encode_batch;
     use arrow::array::{Float64Array, StringArray, TimestampNanosecondArray};
     use sealion_common::proto::{ColumnKind, DataType};
 
@@ -2754,11 +2762,16 @@ mod tests {
         let mut groups: std::collections::BTreeMap<String, (i64, f64, f64)> = Default::default();
         for row in rows {
             let f: Vec<&str> = row.split('|').collect();
-            let (n, lo, hi): (i64, f64, f64) =
-                (f[2].parse().unwrap(), f[3].parse().unwrap(), f[4].parse().unwrap());
-            let g = groups
-                .entry(format!("{}|{}", f[0], f[1]))
-                .or_insert((0, f64::INFINITY, f64::NEG_INFINITY));
+            let (n, lo, hi): (i64, f64, f64) = (
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+                f[4].parse().unwrap(),
+            );
+            let g = groups.entry(format!("{}|{}", f[0], f[1])).or_insert((
+                0,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+            ));
             *g = (g.0 + n, g.1.min(lo), g.2.max(hi));
         }
         let merged = groups
@@ -2824,7 +2837,8 @@ mod tests {
         e.write(&cols, &[(3, vec![batch(&rows[..900])])]).unwrap();
         e.seal(1, &cols).unwrap();
         e.seal(3, &cols).unwrap();
-        e.write(&cols, &[(3, vec![batch(&[("h9", 5, 1.5)])])]).unwrap();
+        e.write(&cols, &[(3, vec![batch(&[("h9", 5, 1.5)])])])
+            .unwrap();
         assert_eq!(e.sealed_file(1).unwrap().unwrap().row_groups().len(), 8);
         let pids = vec![1, 2, 3];
         let filtered = ScanRequest {
@@ -2841,7 +2855,12 @@ mod tests {
         };
         let call = |f: AggregateFunction| AggregateCall {
             function: f as i32,
-            column: if f == AggregateFunction::AggCount { "" } else { "v" }.into(),
+            column: if f == AggregateFunction::AggCount {
+                ""
+            } else {
+                "v"
+            }
+            .into(),
         };
         let aggregate = ScanRequest {
             aggregate: Some(AggregateSpec {

@@ -462,7 +462,10 @@ impl Metrics {
         add(&mut into.pages_decoded, pages_decoded);
         add(&mut into.pages_skipped, pages_skipped);
         add(&mut into.pages_from_stats, pages_from_stats);
-        add(&mut into.last_points_from_directory, last_points_from_directory);
+        add(
+            &mut into.last_points_from_directory,
+            last_points_from_directory,
+        );
         add(&mut into.rows_scanned, rows_scanned);
         add(&mut into.rows_matched, rows_matched);
         add(&mut into.rows_returned, rows_returned);
