@@ -681,21 +681,49 @@ impl SqlEngine {
             if crate::insert::literal_rows(&self.shared.meta.state(), db, insert).is_some())
     }
 
+    /// Writes `stmt` when it is an INSERT of literal rows (see
+    /// [`SqlEngine::direct_insert`]); `None`, having done nothing, when it
+    /// is not.
+    pub async fn execute_direct_insert(
+        &self,
+        db: &str,
+        stmt: &Statement,
+    ) -> Option<Result<Output>> {
+        let Statement::Insert(insert) = stmt else {
+            return None;
+        };
+        let (table, batch) = crate::insert::literal_rows(&self.shared.meta.state(), db, insert)?;
+        Some(self.write_literals(&table, batch).await)
+    }
+
+    /// Writes the text `sql` when it is an INSERT of literal rows that
+    /// [`crate::insert::text_rows`] reads without parsing it; `None`,
+    /// having done nothing, when it is not.
+    pub async fn execute_insert_text(&self, db: &str, sql: &str) -> Option<Result<Output>> {
+        let (table, batch) = crate::insert::text_rows(&self.shared.meta.state(), db, sql)?;
+        Some(self.write_literals(&table, batch).await)
+    }
+
+    async fn write_literals(
+        &self,
+        table: &sealion_common::proto::Table,
+        batch: RecordBatch,
+    ) -> Result<Output> {
+        let rows = self.shared.router.write(table, batch).await?;
+        Ok(Output::Affected {
+            tag: "INSERT".into(),
+            rows,
+        })
+    }
+
     /// Runs one statement against database `db`.
     pub async fn execute(&self, db: &str, stmt: &Statement) -> Result<Output> {
         if handling(stmt) == Handling::Sealion {
             return self.execute_catalog(db, stmt).await;
         }
         // Rows of literals go straight to the router (crate::insert).
-        if let Statement::Insert(insert) = stmt {
-            let literal = crate::insert::literal_rows(&self.shared.meta.state(), db, insert);
-            if let Some((table, batch)) = literal {
-                let rows = self.shared.router.write(&table, batch).await?;
-                return Ok(Output::Affected {
-                    tag: "INSERT".into(),
-                    rows,
-                });
-            }
+        if let Some(written) = self.execute_direct_insert(db, stmt).await {
+            return written;
         }
         // Read before planning: a plan is kept under the version it cannot
         // be older than.

@@ -1337,7 +1337,10 @@ async fn check_random_rows(
         // DataFusion into an empty plan with no scan and no filter at all
         // (seen: SEALION_SEED=18eed16a7d26e9e3).
         if !plan.contains("SealionScanExec") {
-            assert!(plan.contains("EmptyExec"), "{context}: no scan; plan:\n{plan}");
+            assert!(
+                plan.contains("EmptyExec"),
+                "{context}: no scan; plan:\n{plan}"
+            );
             continue;
         }
         let by_nodes = filters.iter().all(|f| applied_by_nodes(f));
