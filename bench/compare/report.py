@@ -22,6 +22,18 @@ INGEST_ORDER = ["sealion", "sealion-pg", "sealion-cluster-rf1", "sealion-cluster
                 "influxdb"]
 
 
+def client_name(recorded: str | None) -> str:
+    """How a run's JSON names the client Sealion's queries went over, in
+    words (runs before the setting was recorded used Python's http.client)."""
+    names = {
+        "httpconn": "a keep-alive socket reading each answer into one buffer (`bench/compare/httpconn.py`)",
+        "http.client": "Python's http.client",
+    }
+    if recorded is None:
+        return names["http.client"]
+    return names.get(recorded, recorded)
+
+
 def _ms(t: dict | None) -> str:
     if not t:
         return "-"
@@ -292,7 +304,7 @@ def markdown(r: dict, pngs: list[str]) -> str:
     L.append(f"- Timing: {st['warmup']} warm-up, then {st['runs']} timed runs per query per system{more}; "
              "median (min–max) in ms, wall time on the client, the full answer fetched. Embedded systems "
              "(DuckDB, chDB, DataFusion) run in the benchmark's process; Sealion is asked over HTTP "
-             f"with {st.get('sealion_http_client', 'Python' + chr(39) + 's http.client')} (`format=arrow`, decoded by pyarrow; `sealion-pg`, when present, is the same process over pgwire with psycopg; "
+             f"with {client_name(st.get('sealion_http_client'))} (`format=arrow`, decoded by pyarrow; `sealion-pg`, when present, is the same process over pgwire with psycopg; "
              "`sealion-cluster` is `sealion cluster` with one meta, three storage and one query process, "
              "replication factor 1, loaded and sealed the same way), "
              "PostgreSQL over TCP with psycopg: the noise floor below is each one's round trip. Ratios use "

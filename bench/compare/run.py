@@ -240,6 +240,10 @@ def main() -> int:
     ap.add_argument("--sealion-arg", action="append", default=[],
                     help="an extra argument for `sealion standalone` (repeat it; e.g. "
                          "--sealion-arg=--query-memory-limit-mb --sealion-arg=4096)")
+    ap.add_argument("--sealion-http-client", choices=["httpconn", "http.client"], default="httpconn",
+                    help="how Sealion's queries travel: httpconn (a keep-alive socket read into one buffer, "
+                         "bench/compare/httpconn.py) or Python's http.client, which parses each answer's "
+                         "headers in Python (about 0.1 ms a query)")
     ap.add_argument("--systems", default=",".join(QUERY_SYSTEMS), help="query systems, comma-separated")
     ap.add_argument("--ingest-systems", default=None,
                     help="ingest systems, comma-separated ('' for no ingest; default: all of them with "
@@ -305,7 +309,8 @@ def main() -> int:
                                  "batch_rows": a.batch_rows, "load_clients": a.load_clients,
                                  "ingest_rows": ingest_rows, "ingest_runs": a.ingest_runs,
                                  "single_row_rows": a.single_row_rows,
-                                 "ingest_clients": clients, "seed": a.seed, "only": a.only},
+                                 "ingest_clients": clients, "seed": a.seed, "only": a.only,
+                                 "sealion_http_client": a.sealion_http_client},
                     "loadavg_start": Path("/proc/loadavg").read_text().split()[:3]}
     if not a.no_install:
         result["installed"] = ensure_deps(ingest_systems, pip_installed)
@@ -315,6 +320,7 @@ def main() -> int:
     import queries
     import report
     import systems as sysmod
+    sysmod.HTTP_CLIENT = a.sealion_http_client
 
     work = a.work or Path(tempfile.mkdtemp(prefix="sealion-compare-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,7 @@ import urllib.parse
 from pathlib import Path
 
 import gen_iot
+import httpconn
 from gen import DAY_S, FIELDS, START_S, TAGS, iso
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -192,6 +193,12 @@ def rename_lp(batches: list[bytes], old: str, new: str) -> list[bytes]:
     return [n + b.removeprefix(o).replace(b"\n" + o, b"\n" + n) for b in batches]
 
 
+# How Sealion's queries travel: "httpconn" (httpconn.Connection, a keep-alive
+# socket read into one buffer) or "http.client" (Python's own); run.py's
+# --sealion-http-client sets it.
+HTTP_CLIENT = "httpconn"
+
+
 # --------------------------------------------------------------------------
 class Sealion:
     name = "sealion"
@@ -214,9 +221,20 @@ class Sealion:
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
         wait_http("127.0.0.1", self.http_port, "/health", 300, self.proc, self.log)
-        self.conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=3600)
+        self.conn = self._connect()
+
+    def _connect(self):
+        """The connection queries go over: ``httpconn`` (the default; see
+        that module for why) or, with ``HTTP_CLIENT = "http.client"``,
+        Python's own, for comparing the two."""
+        if HTTP_CLIENT == "http.client":
+            return http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=3600)
+        return httpconn.Connection("127.0.0.1", self.http_port, timeout=3600)
 
     def _post(self, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        if isinstance(self.conn, httpconn.Connection):
+            # Reconnects by itself when the server closed an idle connection.
+            return self.conn.request("POST", path, body)
         for attempt in range(2):
             try:
                 self.conn.request("POST", path, body=body)
@@ -225,7 +243,7 @@ class Sealion:
             except (http.client.HTTPException, ConnectionError):
                 # A dropped keep-alive connection: reconnect once.
                 self.conn.close()
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=3600)
+                self.conn = self._connect()
                 if attempt:
                     raise
         raise AssertionError
@@ -465,7 +483,7 @@ class SealionClusterQueries(Sealion):
     def start(self) -> None:
         self.cluster.start()
         self.cmd, self.http_port, self.pg_port = self.cluster.cmd, self.cluster.http_port, self.cluster.pg_port
-        self.conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=3600)
+        self.conn = self._connect()
 
     def disk(self) -> dict:
         return self.cluster.disk()
