@@ -71,9 +71,6 @@ async fn write(
         Ok(p) => p,
         Err(e) => return error_response(&e),
     };
-    let Ok(text) = std::str::from_utf8(&body) else {
-        return error_response(&Error::Invalid("body is not UTF-8".into()));
-    };
     let db = database(&params);
     if let Err(e) = sealion_common::catalog::validate_name("database", &db) {
         return error_response(&e.into());
@@ -85,7 +82,7 @@ async fn write(
             batch_id.len()
         )));
     }
-    match lineproto::write(&ctx.shared, &db, text, precision, batch_id.as_bytes()).await {
+    match lineproto::write(&ctx.shared, &db, body, precision, batch_id.as_bytes()).await {
         Ok(outcome) if outcome.rejected.is_empty() => StatusCode::NO_CONTENT.into_response(),
         Ok(outcome) => {
             metrics::counter!("sealion_http_lines_rejected_total")

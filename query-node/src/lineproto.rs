@@ -511,65 +511,76 @@ fn build_batch(table: &Table, rows: &[Row<'_>]) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema, arrays)?)
 }
 
-/// Stores the lines of `body` in database `db`. `batch_id` (empty for none)
-/// names the body: a retry of it with the same id is applied once.
-pub async fn write(
-    shared: &Shared,
+/// Most times one write asks meta for tables or columns its rows need
+/// before giving up: each round adds what the body names, so a second
+/// round finds everything unless the tables changed under it.
+const MAX_SCHEMA_ROUNDS: usize = 3;
+
+/// What the CPU-bound part of a write made of a body (see [`prepare`]).
+#[derive(Default)]
+struct Prepared {
+    /// Per table that needs nothing from meta: the table and its rows.
+    batches: Vec<(Table, RecordBatch)>,
+    rejected: Vec<LineError>,
+    /// Tables to create or extend before the body's rows can be built.
+    needs: Vec<AddColumns>,
+}
+
+/// Parses `text` and builds a batch per table it names, against the tables
+/// of `db` in `state` (or in `tables`, which meta answered since and which
+/// take precedence). A table that is missing or lacks a column its rows
+/// name goes to `needs` instead; every row of a table in `refused` is
+/// rejected with meta's reason.
+fn prepare(
+    state: &sealion_common::proto::ClusterState,
+    tables: &std::collections::HashMap<String, Table>,
+    refused: &std::collections::HashMap<String, String>,
     db: &str,
-    body: &str,
+    text: &str,
     precision: Precision,
-    batch_id: &[u8],
-) -> Result<WriteOutcome> {
-    let now_ns = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0);
-    let mut outcome = WriteOutcome::default();
-    let tables = parse_body(body, precision, now_ns, &mut outcome.rejected);
-    for (name, mut rows) in tables {
-        let state = shared.meta.state();
-        let existing = find_table(&state, db, &name).cloned();
-        let added = new_columns(existing.as_ref(), &mut rows, &mut outcome.rejected);
-        let table = if existing.is_none() || !added.is_empty() {
-            let reply = shared
-                .meta
-                .propose(Cmd::AddColumns(AddColumns {
+    now_ns: i64,
+) -> Result<Prepared> {
+    let mut out = Prepared::default();
+    for (name, mut rows) in parse_body(text, precision, now_ns, &mut out.rejected) {
+        if let Some(message) = refused.get(&name) {
+            // Another writer added a column of another type first.
+            out.rejected.extend(rows.iter().map(|r| LineError {
+                line: r.line,
+                error: message.clone(),
+            }));
+            continue;
+        }
+        let existing = tables
+            .get(&name)
+            .or_else(|| find_table(state, db, &name))
+            .cloned();
+        let added = new_columns(existing.as_ref(), &mut rows, &mut out.rejected);
+        let table = match existing {
+            Some(table) if added.is_empty() => table,
+            _ => {
+                out.needs.push(AddColumns {
                     database: db.to_string(),
-                    table: name.clone(),
+                    table: name,
                     columns: added,
                     create_table: true,
                     partition_interval_ns: DEFAULT_PARTITION_INTERVAL_NS,
-                }))
-                .await;
-            match reply {
-                Ok(r) => r
-                    .table
-                    .ok_or_else(|| Error::Internal("meta returned no table".into()))?,
-                Err(sealion_common::Error::Rejected { message, .. }) => {
-                    // Another writer added a column of another type first.
-                    for r in rows {
-                        outcome.rejected.push(LineError {
-                            line: r.line,
-                            error: message.clone(),
-                        });
-                    }
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
+                });
+                continue;
             }
-        } else {
-            existing.unwrap_or_default()
         };
         // Times whose partition start is not representable are refused, and
         // so are rows that the table's retention would drop at once.
         let cutoff = crate::router::retention_cutoff_ns(&table, now_ns);
         rows.retain(|r| {
             let Some(start) = partition_start(r.time_ns, table.partition_interval_ns) else {
-                outcome.rejected.push(LineError {
+                out.rejected.push(LineError {
                     line: r.line,
                     error: format!("timestamp {} ns is out of range", r.time_ns),
                 });
                 return false;
             };
             if partition_end(start, table.partition_interval_ns) <= cutoff {
-                outcome.rejected.push(LineError {
+                out.rejected.push(LineError {
                     line: r.line,
                     error: format!(
                         "timestamp {} ns is older than the retention of table {}",
@@ -584,10 +595,75 @@ pub async fn write(
             continue;
         }
         let batch = build_batch(&table, &rows)?;
-        outcome.rows_written += shared.router.write_batch(&table, batch, batch_id).await?;
+        out.batches.push((table, batch));
     }
-    outcome.rejected.sort_by_key(|e| e.line);
-    Ok(outcome)
+    Ok(out)
+}
+
+/// Stores the lines of `body` in database `db`. `batch_id` (empty for none)
+/// names the body: a retry of it with the same id is applied once.
+///
+/// Parsing a body and building its batches is CPU work in proportion to its
+/// size (tens of milliseconds for a body of a few MiB), so it runs on the
+/// blocking pool ([`prepare`]): an async worker that did it would answer no
+/// query and no other connection meanwhile. Tables and columns the body
+/// needs are asked of meta first (then the body is parsed again, against
+/// them); the rows go to the router once every table's batch is built.
+pub async fn write(
+    shared: &Shared,
+    db: &str,
+    body: bytes::Bytes,
+    precision: Precision,
+    batch_id: &[u8],
+) -> Result<WriteOutcome> {
+    let now_ns = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0);
+    let mut tables: std::collections::HashMap<String, Table> = Default::default();
+    let mut refused: std::collections::HashMap<String, String> = Default::default();
+    for _ in 0..MAX_SCHEMA_ROUNDS {
+        let state = shared.meta.state();
+        let (db_owned, body, known, no) = (
+            db.to_string(),
+            body.clone(),
+            tables.clone(),
+            refused.clone(),
+        );
+        let prepared = tokio::task::spawn_blocking(move || {
+            let text = std::str::from_utf8(&body)
+                .map_err(|_| Error::Invalid("body is not UTF-8".into()))?;
+            prepare(&state, &known, &no, &db_owned, text, precision, now_ns)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("line protocol task failed: {e}")))??;
+        if prepared.needs.is_empty() {
+            let mut outcome = WriteOutcome {
+                rows_written: 0,
+                rejected: prepared.rejected,
+            };
+            for (table, batch) in prepared.batches {
+                outcome.rows_written += shared.router.write_batch(&table, batch, batch_id).await?;
+            }
+            outcome.rejected.sort_by_key(|e| e.line);
+            return Ok(outcome);
+        }
+        for add in prepared.needs {
+            let name = add.table.clone();
+            match shared.meta.propose(Cmd::AddColumns(add)).await {
+                Ok(r) => {
+                    let table = r
+                        .table
+                        .ok_or_else(|| Error::Internal("meta returned no table".into()))?;
+                    tables.insert(name, table);
+                }
+                Err(sealion_common::Error::Rejected { message, .. }) => {
+                    refused.insert(name, message);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Err(Error::Unavailable(format!(
+        "the tables of this write changed {MAX_SCHEMA_ROUNDS} times while it was made ready; retry it"
+    )))
 }
 
 #[cfg(test)]
@@ -656,6 +732,95 @@ mod tests {
             .map(|f| f.name().clone())
             .collect();
         assert_eq!(names, ["time", "k", "h", "c", "g", "f", "b", "a"]);
+    }
+
+    #[test]
+    fn prepare_asks_meta_for_what_a_body_lacks_and_builds_the_rest() {
+        let column = |name: &str, kind: ColumnKind, data_type: DataType| Column {
+            name: name.into(),
+            kind: kind as i32,
+            data_type: data_type as i32,
+        };
+        let cpu = Table {
+            database: "db".into(),
+            name: "cpu".into(),
+            partition_interval_ns: DEFAULT_PARTITION_INTERVAL_NS,
+            columns: vec![
+                column(TIME_COLUMN, ColumnKind::Time, DataType::Timestamp),
+                column("host", ColumnKind::Tag, DataType::String),
+                column("usage", ColumnKind::Field, DataType::Float64),
+            ],
+            ..Default::default()
+        };
+        let state = sealion_common::proto::ClusterState {
+            tables: vec![cpu.clone()],
+            ..Default::default()
+        };
+        let body = "cpu,host=a usage=1.5 10\n\
+                    mem,host=a free=7i 11\n\
+                    cpu,host=b usage=2i 12\n\
+                    not line protocol\n\
+                    cpu,host=c usage=3 13\n\
+                    disk,host=a used=5i 14\n";
+        let (answered, refused) = (Default::default(), Default::default());
+        let p = prepare(&state, &answered, &refused, "db", body, Precision::S, 0).unwrap();
+        // cpu has every column: built, its integer usage rejected.
+        assert_eq!(p.batches.len(), 1);
+        assert_eq!(p.batches[0].0.name, "cpu");
+        assert_eq!(column_text(&p.batches[0].1, "host"), ["a", "c"]);
+        let mut lines: Vec<usize> = p.rejected.iter().map(|e| e.line).collect();
+        lines.sort_unstable();
+        assert_eq!(lines, [3, 4], "{:?}", p.rejected);
+        // mem and disk do not exist: asked for, in name order, with their columns.
+        let asked: Vec<(&str, Vec<&str>)> = p
+            .needs
+            .iter()
+            .map(|a| {
+                assert!(a.create_table);
+                assert_eq!(a.database, "db");
+                (
+                    a.table.as_str(),
+                    a.columns.iter().map(|c| c.name.as_str()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            asked,
+            [
+                ("disk", vec!["host", "used"]),
+                ("mem", vec!["host", "free"])
+            ]
+        );
+
+        // Meta's answers take precedence over the state; a refused table's
+        // rows are rejected with meta's reason.
+        let mut mem = Table {
+            database: "db".into(),
+            name: "mem".into(),
+            partition_interval_ns: DEFAULT_PARTITION_INTERVAL_NS,
+            ..Default::default()
+        };
+        mem.columns = vec![
+            column(TIME_COLUMN, ColumnKind::Time, DataType::Timestamp),
+            column("host", ColumnKind::Tag, DataType::String),
+            column("free", ColumnKind::Field, DataType::Int64),
+        ];
+        let answered = [("mem".to_string(), mem)].into_iter().collect();
+        let refused = [("disk".to_string(), "no disks today".to_string())]
+            .into_iter()
+            .collect();
+        let p = prepare(&state, &answered, &refused, "db", body, Precision::S, 0).unwrap();
+        assert!(p.needs.is_empty());
+        let built: Vec<&str> = p.batches.iter().map(|(t, _)| t.name.as_str()).collect();
+        assert_eq!(built, ["cpu", "mem"]);
+        assert_eq!(column_text(&p.batches[1].1, "free"), ["7"]);
+        let disk: Vec<(usize, &str)> = p
+            .rejected
+            .iter()
+            .filter(|e| e.line == 6)
+            .map(|e| (e.line, e.error.as_str()))
+            .collect();
+        assert_eq!(disk, [(6, "no disks today")]);
     }
 
     #[test]
