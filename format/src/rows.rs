@@ -202,6 +202,50 @@ pub fn decode_series(series: &[u8]) -> Option<Vec<(&str, &str)>> {
     Some(out)
 }
 
+/// A series key whose layout is checked but not the UTF-8 of its names and
+/// values: what a scan needs of a series is one or two tags, and checking
+/// (and collecting) all of them cost more than the rest of working out
+/// what the series contributes. [`SeriesTags::get`] checks the value it
+/// returns.
+pub struct SeriesTags<'a> {
+    key: &'a [u8],
+}
+
+/// A value of a series key that is not UTF-8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadTag;
+
+impl<'a> SeriesTags<'a> {
+    /// The key; None when its layout is broken.
+    pub fn of(series: &'a [u8]) -> Option<Self> {
+        let mut r = Reader { buf: series };
+        while !r.buf.is_empty() {
+            Self::pair(&mut r)?;
+        }
+        Some(SeriesTags { key: series })
+    }
+
+    /// The next (name, value) of a key.
+    fn pair(r: &mut Reader<'a>) -> Option<(&'a [u8], &'a [u8])> {
+        let n = r.u16()?;
+        let name = r.take(n)?;
+        let n = r.u32()?;
+        Some((name, r.take(n)?))
+    }
+
+    /// The value of tag `name` (the first of that name, as
+    /// [`decode_series`] finds it); None when the series lacks it.
+    pub fn get(&self, name: &str) -> std::result::Result<Option<&'a str>, BadTag> {
+        let mut r = Reader { buf: self.key };
+        while let Some((n, v)) = Self::pair(&mut r) {
+            if n == name.as_bytes() {
+                return std::str::from_utf8(v).map(Some).map_err(|_| BadTag);
+            }
+        }
+        Ok(None)
+    }
+}
+
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -1163,6 +1207,43 @@ mod tests {
             let decoded = decode_series(&s).unwrap();
             let want: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             prop_assert_eq!(decoded, want);
+        }
+
+        /// SeriesTags finds what decode_series finds, by name, in any key
+        /// (broken ones too: both refuse a broken layout, and a value that
+        /// is not UTF-8 is refused when it is asked for).
+        #[test]
+        fn series_tags_find_what_decode_series_finds(
+            values in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..6), 0..6),
+            cut in any::<proptest::sample::Index>(),
+        ) {
+            // Tags a, b, c, ... with values of any bytes, the key sometimes
+            // cut short.
+            const NAMES: [&str; 7] = ["a", "b", "c", "d", "e", "f", "zz"];
+            let mut s = Vec::new();
+            for (name, v) in NAMES.iter().zip(&values) {
+                put_name(&mut s, name).unwrap();
+                s.extend_from_slice(&(v.len() as u32).to_be_bytes());
+                s.extend_from_slice(v);
+            }
+            let s = if values.len() % 2 == 1 { &s[..cut.index(s.len() + 1)] } else { &s[..] };
+            let tags = SeriesTags::of(s);
+            match decode_series(s) {
+                Some(all) => {
+                    let tags = tags.expect("a key decode_series reads has a layout");
+                    for name in NAMES {
+                        let want = all.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+                        prop_assert_eq!(tags.get(name), Ok(want));
+                    }
+                }
+                // A broken layout, or a value that is not UTF-8, which is
+                // refused when asked for.
+                None => {
+                    if let Some(tags) = tags {
+                        prop_assert!(NAMES.iter().any(|n| tags.get(n).is_err()));
+                    }
+                }
+            }
         }
     }
 }

@@ -45,7 +45,7 @@ use sealion_partial::{AggregateKind, GroupStates, Value as PValue, ValueType};
 use groups::{GroupIndex, GroupKey};
 
 use self::predicate::{FieldFilter, TagPred, compile_tags};
-use crate::rows::{BatchBuilder, Value, decode_fields, decode_series};
+use crate::rows::{BatchBuilder, SeriesTags, Value, decode_fields};
 use crate::sealed::SortedRow;
 use crate::{Error, Result, SCAN_BATCH_ROWS};
 
@@ -352,10 +352,18 @@ impl Query {
         }
     }
 
-    /// What one series contributes, worked out once per series.
+    /// What one series contributes, worked out once per series; None when
+    /// the key's layout is broken or a tag it needs is not UTF-8 (tags it
+    /// does not need are not checked, see [`SeriesTags`]).
     pub fn series_ctx(&self, series: &[u8]) -> Option<SeriesCtx> {
-        let tags = decode_series(series)?;
-        let get = |name: &str| tags.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        let tags = SeriesTags::of(series)?;
+        let bad = Cell::new(false);
+        let get = |name: &str| {
+            tags.get(name).unwrap_or_else(|_| {
+                bad.set(true);
+                None
+            })
+        };
         let passes = self.tags.iter().all(|p| p.matches(get(&p.column)));
         let (group, call_tags) = match &self.mode {
             Mode::Aggregate(plan) => (
@@ -373,6 +381,9 @@ impl Query {
             ),
             _ => (Vec::new(), Vec::new()),
         };
+        if bad.get() {
+            return None;
+        }
         Some(SeriesCtx {
             passes,
             group,

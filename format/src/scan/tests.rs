@@ -1300,6 +1300,94 @@ fn a_one_series_scan_skips_the_other_series_row_groups() {
     assert!(m.pages_decoded <= 5 * 3, "{m:?}");
 }
 
+/// Counts and tag extremes over a whole file come from its directory: each
+/// series' row count, no row group read (all skipped), and the same answer as the model
+/// and as the split scan; a time range that cuts the file, a bucket edge
+/// inside it, a field call or a field predicate read its row groups.
+#[test]
+fn counts_over_a_whole_file_come_from_the_directory() {
+    let rows = fleet();
+    let model = model_rows(&rows);
+    let dir = tempfile::tempdir().unwrap();
+    let file = seal(dir.path(), &rows, 1000, 100);
+    let agg = |start, end, width, tags: Vec<TagP>, field, calls| Req {
+        start,
+        end,
+        tags,
+        field,
+        columns: vec![true; COLUMNS],
+        want: Want::Agg {
+            width,
+            origin: 0,
+            by_host: true,
+            by_region: true,
+            calls,
+            as_answers: true,
+        },
+    };
+    let counts = vec![
+        (AggregateKind::Count, ""),
+        (AggregateKind::Max, "host"),
+        (AggregateKind::Count, "region"),
+    ];
+    let two_hosts = vec![TagP::In("host", vec!["host_01".into(), "host_07".into()])];
+    // The fleet's times are 0..=1990.
+    let folded = [
+        agg(i64::MIN, i64::MAX, 0, vec![], None, counts.clone()),
+        agg(0, 1991, 0, two_hosts.clone(), None, counts.clone()),
+        agg(i64::MIN, i64::MAX, 0, vec![], None, vec![]),
+        agg(i64::MIN, i64::MAX, 10_000, vec![], None, counts.clone()),
+    ];
+    let read = [
+        agg(1, i64::MAX, 0, vec![], None, counts.clone()),
+        agg(i64::MIN, 1990, 0, two_hosts, None, counts.clone()),
+        agg(i64::MIN, i64::MAX, 1000, vec![], None, counts.clone()),
+        agg(
+            i64::MIN,
+            i64::MAX,
+            0,
+            vec![],
+            None,
+            vec![(AggregateKind::Count, "usage")],
+        ),
+        agg(
+            i64::MIN,
+            i64::MAX,
+            0,
+            vec![],
+            Some(FieldP::CountNotNull),
+            counts,
+        ),
+    ];
+    for (r, from_directory) in folded
+        .iter()
+        .map(|r| (r, true))
+        .chain(read.iter().map(|r| (r, false)))
+    {
+        let req = to_proto(r);
+        let want = model_answer(r, &model);
+        assert!(matches!(&want, Answer::Groups(g) if !g.is_empty()), "{r:?}");
+        let (sealed, m) = run_sealed(&req, &file);
+        assert_eq!(answer_of(r, &sealed), want, "{r:?}");
+        let (batches, _) = try_sealed_shares(&req, &file, 3).unwrap();
+        assert!(
+            close(r, &answer_from(r, &batches, true), &want),
+            "3 parts of {r:?}"
+        );
+        if from_directory {
+            assert_eq!(m.pages_decoded, 0, "{r:?}: {m:?}");
+            assert_eq!(m.row_groups_skipped, m.row_groups_total, "{r:?}: {m:?}");
+            assert!(
+                file.groups_to_read(&Query::compile(&req).unwrap())
+                    .unwrap()
+                    .is_empty()
+            );
+        } else {
+            assert!(m.row_groups_skipped < m.row_groups_total, "{r:?}: {m:?}");
+        }
+    }
+}
+
 #[test]
 fn wide_buckets_fold_whole_pages_from_their_statistics() {
     let rows = fleet();

@@ -158,6 +158,9 @@ impl SealedFile {
     /// bounds and series the directory cannot rule out. What a scan split
     /// across threads shares out (`run_share`).
     pub fn groups_to_read(&self, q: &Query) -> Result<Vec<usize>> {
+        if self.aggregates_from_directory(q) {
+            return Ok(Vec::new());
+        }
         let ctxs = self.series_ctxs(q, 0..self.series.len())?;
         Ok(self.candidates(q, &ctxs))
     }
@@ -185,8 +188,14 @@ impl SealedFile {
             groups.len() * (share + 1) / shares,
         );
         let mine = &groups[a..b];
-        // Only the series of these groups can reach the answer.
+        // Only the series of these groups can reach the answer; an
+        // aggregate the directory answers reads no group, and share 0
+        // folds every series.
         let series = match (mine.first(), mine.last()) {
+            _ if self.aggregates_from_directory(out.query) => match share {
+                0 => 0..self.series.len(),
+                _ => 0..0,
+            },
             (Some(&g0), Some(&g1)) => {
                 self.groups[g0].first_key.0 as usize..self.groups[g1].last_key.0 as usize + 1
             }
@@ -928,6 +937,10 @@ impl SealedFile {
         let Mode::Aggregate(plan) = &q.mode else {
             return Err(Error::Internal("not an aggregate scan".into()));
         };
+        if self.aggregates_from_directory(q) {
+            self.aggregate_directory(out, plan, ctxs)?;
+            return Ok(0);
+        }
         let mut touched = 0;
         // Pages folded from statistics, each counted once however many
         // calls used it.
@@ -1144,6 +1157,76 @@ impl SealedFile {
         }
         Metrics::add(&out.metrics.pages_from_stats, folded.len() as u64);
         Ok(touched)
+    }
+
+    /// Whether the directory alone answers aggregate `q` over this file:
+    /// every row of the file is in the time range (and, when bucketed, in
+    /// one bucket), no field predicate, and every call is `count(*)` or a
+    /// count, min or max of a tag. Each passing series then adds its row
+    /// count (and its tag value) to its group, and no row group is read.
+    fn aggregates_from_directory(&self, q: &Query) -> bool {
+        let Mode::Aggregate(plan) = &q.mode else {
+            return false;
+        };
+        let (lo, hi) = (self.summary.min_time_ns, self.summary.max_time_ns);
+        if q.filter.is_some() || self.summary.rows == 0 || lo < q.start_ns || hi >= q.end_ns {
+            return false;
+        }
+        if plan.width_ns > 0
+            && !matches!((plan.bucket(lo), plan.bucket(hi)), (Ok(a), Ok(b)) if a == b)
+        {
+            return false;
+        }
+        plan.calls.iter().all(|c| match c.source {
+            CallSource::Star => true,
+            CallSource::Tag(_) => matches!(
+                c.kind,
+                AggregateKind::Count | AggregateKind::Min | AggregateKind::Max
+            ),
+            CallSource::Time | CallSource::Field(_) => false,
+        })
+    }
+
+    /// Folds every passing series of the file into its group from the
+    /// directory (see `aggregates_from_directory`, which must hold).
+    fn aggregate_directory(
+        &self,
+        out: &mut Output<'_>,
+        plan: &AggPlan,
+        ctxs: &[SeriesCtx],
+    ) -> Result<()> {
+        let bucket = match plan.width_ns {
+            0 => 0,
+            _ => plan.bucket(self.summary.min_time_ns)?,
+        };
+        for (s, info) in self.series.iter().enumerate() {
+            if out.done() {
+                break;
+            }
+            let ctx = &ctxs[s];
+            if !ctx.passes || info.rows == 0 {
+                continue;
+            }
+            // Scanned as the row groups' walk counted them, none decoded.
+            Metrics::add(&out.metrics.rows_scanned, info.rows);
+            Metrics::add(&out.metrics.rows_matched, info.rows);
+            let grp = out.group_of_bucket(bucket, ctx)?;
+            for (i, call) in plan.calls.iter().enumerate() {
+                let tag = match &call.source {
+                    CallSource::Star => None,
+                    CallSource::Tag(_) => match ctx.call_tags.get(i).cloned().flatten() {
+                        Some(v) => Some(PValue::Str(v)),
+                        None => continue, // NULL: not counted
+                    },
+                    CallSource::Time | CallSource::Field(_) => {
+                        return Err(Error::Internal("a call the directory cannot answer".into()));
+                    }
+                };
+                let st = out.call_states(i).ok_or_else(no_group)?;
+                fold_summary(st, grp, info.rows, None, tag.as_ref(), tag.as_ref())?;
+            }
+        }
+        Ok(())
     }
 
     /// About how many groups an aggregate over this file makes: the distinct
