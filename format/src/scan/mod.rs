@@ -571,9 +571,13 @@ enum Collector {
         /// The group found last, and its key.
         last: Option<(GroupKey, usize)>,
         keys: Vec<GroupKey>,
-        /// Distinct group-tag values, by id.
-        tag_ids: HashMap<Vec<Option<String>>, u32>,
+        /// Distinct group-tag values, by id, found by their encoding
+        /// (`encode_group_tags`) so that values borrowed from a file's
+        /// directory are looked up without being copied.
+        tag_ids: HashMap<Box<[u8]>, u32>,
         tag_values: Vec<Vec<Option<String>>>,
+        /// The encoding of the values being looked up.
+        scratch: Vec<u8>,
         /// Per call, every group's state, in group order.
         states: Vec<GroupStates>,
     },
@@ -617,6 +621,7 @@ impl<'a> Output<'a> {
                 keys: Vec::new(),
                 tag_ids: HashMap::new(),
                 tag_values: Vec::new(),
+                scratch: Vec::new(),
                 // Compiling checked that each kind takes its input.
                 states: plan
                     .calls
@@ -858,36 +863,64 @@ impl<'a> Output<'a> {
     /// `AggPlan::bucket` gives it; 0 when not bucketed) of a series, created
     /// if new. Aggregate mode only.
     pub fn group_of_bucket(&mut self, bucket: i64, ctx: &SeriesCtx) -> Result<usize> {
+        // A series' group-tag values are interned once per series context.
+        let tags = match ctx.group_id.get() {
+            Some(id) => *id,
+            None => {
+                let id = self.tags_id(ctx.group.iter().map(Option::as_deref))?;
+                let _ = ctx.group_id.set(id);
+                id
+            }
+        };
+        self.group_of_tags_id(bucket, tags)
+    }
+
+    /// The index of the group of bucket `bucket` whose group-tag values are
+    /// `values` (in the plan's `group_tags` order), created if new; values
+    /// already seen are not copied. Aggregate mode only.
+    pub fn group_of_tags(&mut self, bucket: i64, values: &[Option<&str>]) -> Result<usize> {
+        let tags = self.tags_id(values.iter().copied())?;
+        self.group_of_tags_id(bucket, tags)
+    }
+
+    /// The id of a list of group-tag values, interned if new.
+    fn tags_id<'v>(
+        &mut self,
+        values: impl Iterator<Item = Option<&'v str>> + Clone,
+    ) -> Result<u32> {
+        let Collector::Aggregate {
+            tag_ids,
+            tag_values,
+            scratch,
+            ..
+        } = &mut self.collector
+        else {
+            return Err(Error::Internal("group() outside an aggregate scan".into()));
+        };
+        encode_group_tags(scratch, values.clone());
+        if let Some(&id) = tag_ids.get(scratch.as_slice()) {
+            return Ok(id);
+        }
+        let id = u32::try_from(tag_values.len())
+            .map_err(|_| Error::Invalid("too many distinct group-tag values".into()))?;
+        tag_ids.insert(scratch.as_slice().into(), id);
+        tag_values.push(values.map(|v| v.map(str::to_string)).collect());
+        Ok(id)
+    }
+
+    /// The index of the group of bucket `bucket` and interned group-tag
+    /// values `tags`, created if new.
+    fn group_of_tags_id(&mut self, bucket: i64, tags: u32) -> Result<usize> {
         let Collector::Aggregate {
             plan,
             index,
             last,
             keys,
-            tag_ids,
-            tag_values,
             states,
+            ..
         } = &mut self.collector
         else {
             return Err(Error::Internal("group() outside an aggregate scan".into()));
-        };
-        // A series' group-tag values are interned once per series context.
-        let tags = match ctx.group_id.get() {
-            Some(id) => *id,
-            None => {
-                let id = match tag_ids.get(&ctx.group) {
-                    Some(&id) => id,
-                    None => {
-                        let id = u32::try_from(tag_values.len()).map_err(|_| {
-                            Error::Invalid("too many distinct group-tag values".into())
-                        })?;
-                        tag_ids.insert(ctx.group.clone(), id);
-                        tag_values.push(ctx.group.clone());
-                        id
-                    }
-                };
-                let _ = ctx.group_id.set(id);
-                id
-            }
         };
         let key = (bucket, tags);
         // Runs of one group often come one after another (a bucket split by
@@ -1001,6 +1034,23 @@ impl<'a> Output<'a> {
             self.send(b);
         }
         Ok(())
+    }
+}
+
+/// Encodes a list of group-tag values as one byte string, the key they are
+/// interned under: per value a 0 for NULL, or a 1, the length (8 bytes,
+/// little-endian) and the bytes. Distinct lists encode differently.
+fn encode_group_tags<'v>(buf: &mut Vec<u8>, values: impl Iterator<Item = Option<&'v str>>) {
+    buf.clear();
+    for v in values {
+        match v {
+            None => buf.push(0),
+            Some(v) => {
+                buf.push(1);
+                buf.extend_from_slice(&(v.len() as u64).to_le_bytes());
+                buf.extend_from_slice(v.as_bytes());
+            }
+        }
     }
 }
 

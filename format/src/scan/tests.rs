@@ -1388,6 +1388,52 @@ fn counts_over_a_whole_file_come_from_the_directory() {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// The aggregates the directory answers (the whole file in range, no
+    /// field predicate, every call a count or a tag's min or max) answer as
+    /// the model does over series with NULL tags and any tag predicates,
+    /// grouped by no tag, one or two, whole and split in parts, and decode
+    /// no page.
+    #[test]
+    fn directory_counts_answer_as_the_model(
+        rows in prop::collection::vec(row(), 1..300),
+        tags in prop::collection::vec(tag_p(), 0..3),
+        by_host in any::<bool>(),
+        by_region in any::<bool>(),
+        calls in prop::collection::vec(prop_oneof![
+            Just((AggregateKind::Count, "")),
+            Just((AggregateKind::Count, "region")),
+            Just((AggregateKind::Max, "host")),
+            Just((AggregateKind::Min, "region")),
+        ], 0..4),
+        as_answers in any::<bool>(),
+        group in prop_oneof![Just(16usize), Just(1000)],
+        shares in 2usize..5,
+    ) {
+        let stored = stored(&rows);
+        let dir = tempfile::tempdir().unwrap();
+        let file = seal(dir.path(), &stored, group, 4);
+        let r = Req {
+            start: i64::MIN,
+            end: i64::MAX,
+            tags,
+            field: None,
+            columns: vec![true; COLUMNS],
+            want: Want::Agg { width: 0, origin: 0, by_host, by_region, calls, as_answers },
+        };
+        let want = model_answer(&r, &model_rows(&stored));
+        let req = to_proto(&r);
+        let (sealed, m) = run_sealed(&req, &file);
+        prop_assert_eq!(answer_of(&r, &sealed), want.clone());
+        prop_assert_eq!(m.pages_decoded, 0, "{:?}", m);
+        prop_assert_eq!(m.row_groups_skipped, m.row_groups_total, "{:?}", m);
+        let (batches, _) = try_sealed_shares(&req, &file, shares).unwrap();
+        prop_assert!(close(&r, &answer_from(&r, &batches, true), &want));
+    }
+}
+
 #[test]
 fn wide_buckets_fold_whole_pages_from_their_statistics() {
     let rows = fleet();

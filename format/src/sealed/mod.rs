@@ -89,7 +89,9 @@ mod tests;
 
 pub use filter::TagFilters;
 pub use format::{SEALED_FORMAT_VERSION, SEALED_MAGIC};
-pub use reader::{PageInfo, RowGroupInfo, SealedFile, SeriesByTag, SeriesInfo, pages_decoded};
+pub use reader::{
+    PageInfo, RowGroupInfo, SealedFile, SeriesByTag, SeriesInfo, TagColumn, pages_decoded,
+};
 pub use writer::write_sealed;
 
 /// Rows per row group.

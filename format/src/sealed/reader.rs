@@ -87,34 +87,85 @@ pub struct SealedFile {
     /// The series of each tag value, made from the directory's keys by the
     /// first scan that can use it (`SealedFile::series_by_tag`).
     by_tag: std::sync::OnceLock<Option<SeriesByTag>>,
+    /// Pages in all, over every row group and column.
+    pages: u64,
 }
 
-/// For each tag, the series (indexes into the directory's series, in
-/// order) that hold each of its values: a scan with `tag IN (...)` finds
-/// its series here instead of decoding every series key of the file.
+/// The directory's tags, decoded once per file: for each tag, its distinct
+/// values, the series (indexes into the directory's series, in order) that
+/// hold each value, and each series' value. A scan with `tag IN (...)`
+/// finds its series here instead of decoding every series key of the file,
+/// and an aggregate the directory answers reads each series' tags here.
 #[derive(Debug, Default)]
 pub struct SeriesByTag {
-    tags: std::collections::HashMap<String, std::collections::HashMap<String, Vec<u32>>>,
+    series: usize,
+    tags: std::collections::HashMap<String, TagColumn>,
+}
+
+/// One tag's values over a file's series ([`SeriesByTag::column`]).
+#[derive(Debug, Default)]
+pub struct TagColumn {
+    /// The distinct values, by id, in the order series first hold them.
+    values: Vec<String>,
+    ids: std::collections::HashMap<String, u32>,
+    /// Per value id, the series holding it, in directory order.
+    holders: Vec<Vec<u32>>,
+    /// Per series, the id of its value; `TagColumn::NULL` where its key
+    /// lacks the tag.
+    of_series: Vec<u32>,
+}
+
+impl TagColumn {
+    /// The id of a series that lacks the tag.
+    pub const NULL: u32 = u32::MAX;
+
+    /// The distinct values, by id.
+    pub fn values(&self) -> &[String] {
+        &self.values
+    }
+
+    /// Per series, the id of its value (`TagColumn::NULL` for none).
+    pub fn ids(&self) -> &[u32] {
+        &self.of_series
+    }
+
+    /// The value of id `id` (None for `TagColumn::NULL`).
+    pub fn value(&self, id: u32) -> Option<&str> {
+        self.values.get(id as usize).map(String::as_str)
+    }
 }
 
 impl SeriesByTag {
     /// The index of `series`' keys; None when a key does not decode (the
     /// scan then reads every key, and reports the bad one).
     fn build(series: &[SeriesInfo]) -> Option<SeriesByTag> {
-        let mut index = SeriesByTag::default();
+        let n = series.len();
+        let mut index = SeriesByTag {
+            series: n,
+            tags: std::collections::HashMap::new(),
+        };
         for (i, s) in series.iter().enumerate() {
             let i = u32::try_from(i).ok()?;
             for (name, value) in decode_series(&s.key)? {
-                let values = match index.tags.get_mut(name) {
-                    Some(values) => values,
-                    None => index.tags.entry(name.to_string()).or_default(),
+                let column = match index.tags.get_mut(name) {
+                    Some(column) => column,
+                    None => index.tags.entry(name.to_string()).or_insert_with(|| TagColumn {
+                        of_series: vec![TagColumn::NULL; n],
+                        ..TagColumn::default()
+                    }),
                 };
-                match values.get_mut(value) {
-                    Some(list) => list.push(i),
+                let id = match column.ids.get(value) {
+                    Some(&id) => id,
                     None => {
-                        values.insert(value.to_string(), vec![i]);
+                        let id = u32::try_from(column.values.len()).ok()?;
+                        column.values.push(value.to_string());
+                        column.ids.insert(value.to_string(), id);
+                        column.holders.push(Vec::new());
+                        id
                     }
-                }
+                };
+                column.holders[id as usize].push(i);
+                column.of_series[i as usize] = id;
             }
         }
         Some(index)
@@ -124,8 +175,23 @@ impl SeriesByTag {
     pub fn series(&self, tag: &str, value: &str) -> &[u32] {
         self.tags
             .get(tag)
-            .and_then(|values| values.get(value))
-            .map_or(&[], Vec::as_slice)
+            .and_then(|c| c.ids.get(value).map(|&id| c.holders[id as usize].as_slice()))
+            .unwrap_or(&[])
+    }
+
+    /// The values of `tag` over the file's series; None when no series of
+    /// the file has the tag (every series' value is NULL).
+    pub fn column(&self, tag: &str) -> Option<&TagColumn> {
+        self.tags.get(tag)
+    }
+
+    /// How many series the index covers (the directory's).
+    pub fn len(&self) -> usize {
+        self.series
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.series == 0
     }
 }
 
@@ -395,6 +461,11 @@ impl SealedFile {
             ));
         }
         let filters = TagFilters::from_bytes(&dir.tag_filters)?;
+        let pages = groups
+            .iter()
+            .flat_map(|g| &g.chunks)
+            .map(|c| c.len() as u64)
+            .sum();
         Ok(SealedFile {
             path: path.to_path_buf(),
             file,
@@ -415,6 +486,7 @@ impl SealedFile {
             filters,
             filter_bytes: dir.tag_filters,
             by_tag: std::sync::OnceLock::new(),
+            pages,
         })
     }
 

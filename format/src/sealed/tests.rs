@@ -401,6 +401,26 @@ fn check_file(f: &SealedFile, path: &Path, model: &[SortedRow], rows_per_group: 
         }
     }
     assert!(index.series("no such tag", "x").is_empty());
+
+    // Each series' value of each tag, read through the tag's column: the
+    // value its key holds, NULL where the key lacks the tag.
+    assert_eq!(index.len(), series.len());
+    let names: std::collections::BTreeSet<&str> = series
+        .iter()
+        .flat_map(|k| decode_series(k).unwrap().into_iter().map(|(t, _)| t))
+        .collect();
+    for tag in names {
+        let column = index.column(tag).unwrap();
+        for (i, key) in series.iter().enumerate() {
+            let want = decode_series(key)
+                .unwrap()
+                .into_iter()
+                .find(|&(t, _)| t == tag)
+                .map(|(_, v)| v);
+            assert_eq!(column.value(column.ids()[i]), want, "{tag} of series {i}");
+        }
+    }
+    assert!(index.column("no such tag").is_none());
 }
 
 // ---------- random tables ----------

@@ -25,7 +25,7 @@
 use sealion_partial::{AggregateKind, GroupStates, SumOf, Value as PValue};
 
 use super::value::ChunkRole;
-use super::{OutBatch, PageInfo, SealedFile, Source, append_rows, pages_decoded};
+use super::{OutBatch, PageInfo, SealedFile, Source, TagColumn, append_rows, pages_decoded};
 use crate::columnar::{ColumnType, ColumnValues, Page, StatValue, Sum};
 use crate::rows::{ColumnBuilder, Value, decode_fields};
 use crate::scan::predicate::{Expr, Num, NumType, columnwise, compare};
@@ -145,6 +145,9 @@ impl SealedFile {
     /// Answers `out`'s query over this file alone: the caller has checked
     /// that no late rows or deletes are pending for it.
     pub fn run(&self, out: &mut Output<'_>) -> Result<()> {
+        if self.aggregates_from_directory(out.query) {
+            return self.run_directory(out);
+        }
         let ctxs = self.series_ctxs(out.query, 0..self.series.len())?;
         let read = match out.query.mode {
             Mode::Rows | Mode::Aggregate(_) => Some(self.candidates(out.query, &ctxs)),
@@ -187,15 +190,17 @@ impl SealedFile {
             groups.len() * share / shares,
             groups.len() * (share + 1) / shares,
         );
+        // An aggregate the directory answers reads no group (`groups` is
+        // empty): share 0 folds every series and counts every group.
+        if self.aggregates_from_directory(out.query) {
+            return match share {
+                0 => self.run_directory(out),
+                _ => Ok(()),
+            };
+        }
         let mine = &groups[a..b];
-        // Only the series of these groups can reach the answer; an
-        // aggregate the directory answers reads no group, and share 0
-        // folds every series.
+        // Only the series of these groups can reach the answer.
         let series = match (mine.first(), mine.last()) {
-            _ if self.aggregates_from_directory(out.query) => match share {
-                0 => 0..self.series.len(),
-                _ => 0..0,
-            },
             (Some(&g0), Some(&g1)) => {
                 self.groups[g0].first_key.0 as usize..self.groups[g1].last_key.0 as usize + 1
             }
@@ -217,10 +222,7 @@ impl SealedFile {
     /// What each series contributes to `q`: ruled out unless it is in
     /// `series` (indexes into the directory's series) and can match.
     fn series_ctxs(&self, q: &Query, series: std::ops::Range<usize>) -> Result<Vec<SeriesCtx>> {
-        let bad_key = || Error::Corrupt {
-            partition_id: self.partition_id,
-            reason: format!("bad series key in the directory of {}", self.path.display()),
-        };
+        let bad_key = || self.bad_key();
         let mut ctxs = vec![SeriesCtx::ruled_out(); self.series.len()];
         match point_key(q) {
             // Every tag pinned to one value (or to NULL): at most one series
@@ -937,10 +939,6 @@ impl SealedFile {
         let Mode::Aggregate(plan) = &q.mode else {
             return Err(Error::Internal("not an aggregate scan".into()));
         };
-        if self.aggregates_from_directory(q) {
-            self.aggregate_directory(out, plan, ctxs)?;
-            return Ok(0);
-        }
         let mut touched = 0;
         // Pages folded from statistics, each counted once however many
         // calls used it.
@@ -1187,43 +1185,162 @@ impl SealedFile {
         })
     }
 
+    /// The error of a series key in the directory that does not decode.
+    fn bad_key(&self) -> Error {
+        Error::Corrupt {
+            partition_id: self.partition_id,
+            reason: format!("bad series key in the directory of {}", self.path.display()),
+        }
+    }
+
+    /// Answers an aggregate the directory answers (`aggregates_from_directory`
+    /// must hold) over the whole file, counting what `run_in` would: every
+    /// row group skipped, every page neither decoded nor folded.
+    fn run_directory(&self, out: &mut Output<'_>) -> Result<()> {
+        let Mode::Aggregate(plan) = &out.query.mode else {
+            return Err(Error::Internal("not an aggregate scan".into()));
+        };
+        let n = self.groups.len() as u64;
+        Metrics::add(&out.metrics.row_groups_total, n);
+        Metrics::add(&out.metrics.row_groups_skipped, n);
+        Metrics::add(&out.metrics.pages_skipped, self.pages);
+        self.aggregate_directory(out, plan)
+    }
+
     /// Folds every passing series of the file into its group from the
-    /// directory (see `aggregates_from_directory`, which must hold).
-    fn aggregate_directory(
-        &self,
-        out: &mut Output<'_>,
-        plan: &AggPlan,
-        ctxs: &[SeriesCtx],
-    ) -> Result<()> {
+    /// directory. Each series' tags are read from the file's decoded tags
+    /// (`series_by_tag`), each tag predicate is asked once per distinct
+    /// value, and series with the same values of the group tags and the
+    /// calls' tags are added up before they reach the answer, so a group's
+    /// values are looked up once per file, not once per series.
+    fn aggregate_directory(&self, out: &mut Output<'_>, plan: &AggPlan) -> Result<()> {
+        let q = out.query;
+        let index = self.series_by_tag().ok_or_else(|| self.bad_key())?;
         let bucket = match plan.width_ns {
             0 => 0,
             _ => plan.bucket(self.summary.min_time_ns)?,
         };
+        let mut passes: Vec<bool> = self.series.iter().map(|s| s.rows > 0).collect();
+        for p in &q.tags {
+            match index.column(&p.column) {
+                // No series of the file has the tag: every value is NULL.
+                None => {
+                    if !p.matches(None) {
+                        passes.fill(false);
+                    }
+                }
+                Some(column) => {
+                    let of_value: Vec<bool> =
+                        column.values().iter().map(|v| p.matches(Some(v))).collect();
+                    let of_null = p.matches(None);
+                    for (pass, &id) in passes.iter_mut().zip(column.ids()) {
+                        *pass &= match id {
+                            TagColumn::NULL => of_null,
+                            id => of_value[id as usize],
+                        };
+                    }
+                }
+            }
+        }
+        // The tags a series' share depends on: the group tags, then the
+        // tag of each call over a tag.
+        let columns: Vec<Option<&TagColumn>> = plan
+            .group_tags
+            .iter()
+            .map(|t| index.column(t))
+            .chain(plan.calls.iter().filter_map(|c| match &c.source {
+                CallSource::Tag(t) => Some(index.column(t)),
+                _ => None,
+            }))
+            .collect();
+        // Per distinct list of those tags' value ids (in the order series
+        // first show it), the rows of its passing series: one list when no
+        // tag matters, found by the value id when one does, by a map of
+        // the lists when more do.
+        let width = columns.len();
+        let id_of = |c: usize, s: usize| columns[c].map_or(TagColumn::NULL, |c| c.ids()[s]);
+        let mut lists: Vec<u32> = Vec::new();
+        let mut rows: Vec<u64> = Vec::new();
+        let mut by_id: Vec<u32> = match (width, columns.first()) {
+            // One slot per value and one for NULL.
+            (1, Some(Some(c))) => vec![u32::MAX; c.values().len() + 1],
+            _ => vec![u32::MAX; 1],
+        };
+        let mut seen: rustc_hash::FxHashMap<Vec<u32>, u32> = Default::default();
+        let mut key: Vec<u32> = Vec::with_capacity(width);
+        let mut matched = 0;
         for (s, info) in self.series.iter().enumerate() {
+            if !passes[s] {
+                continue;
+            }
+            matched += info.rows;
+            // The slot of `by_id` (for at most one tag) or the key of
+            // `seen` (for more) that holds the series' list.
+            let slot = match width {
+                0 => 0,
+                1 => match id_of(0, s) {
+                    TagColumn::NULL => by_id.len() - 1,
+                    id => id as usize,
+                },
+                _ => {
+                    key.clear();
+                    key.extend((0..width).map(|c| id_of(c, s)));
+                    0
+                }
+            };
+            let found = match width {
+                0 | 1 => by_id[slot],
+                _ => seen.get(&key).copied().unwrap_or(u32::MAX),
+            };
+            let list = match found {
+                u32::MAX => {
+                    let new = u32::try_from(rows.len()).map_err(|_| no_group())?;
+                    match width {
+                        0 | 1 => by_id[slot] = new,
+                        _ => {
+                            seen.insert(key.clone(), new);
+                        }
+                    }
+                    lists.extend((0..width).map(|c| id_of(c, s)));
+                    rows.push(0);
+                    new
+                }
+                list => list,
+            };
+            rows[list as usize] += info.rows;
+        }
+        // Scanned as the row groups' walk counted them, none decoded.
+        Metrics::add(&out.metrics.rows_scanned, matched);
+        Metrics::add(&out.metrics.rows_matched, matched);
+        let value = |c: usize, id: u32| columns[c].and_then(|column| column.value(id));
+        let groups = plan.group_tags.len();
+        let mut values: Vec<Option<&str>> = Vec::with_capacity(groups);
+        for (l, &n) in rows.iter().enumerate() {
             if out.done() {
                 break;
             }
-            let ctx = &ctxs[s];
-            if !ctx.passes || info.rows == 0 {
-                continue;
-            }
-            // Scanned as the row groups' walk counted them, none decoded.
-            Metrics::add(&out.metrics.rows_scanned, info.rows);
-            Metrics::add(&out.metrics.rows_matched, info.rows);
-            let grp = out.group_of_bucket(bucket, ctx)?;
+            let ids = &lists[l * width..(l + 1) * width];
+            values.clear();
+            values.extend((0..groups).map(|c| value(c, ids[c])));
+            let grp = out.group_of_tags(bucket, &values)?;
+            let mut tag_column = groups;
             for (i, call) in plan.calls.iter().enumerate() {
                 let tag = match &call.source {
                     CallSource::Star => None,
-                    CallSource::Tag(_) => match ctx.call_tags.get(i).cloned().flatten() {
-                        Some(v) => Some(PValue::Str(v)),
-                        None => continue, // NULL: not counted
-                    },
+                    CallSource::Tag(_) => {
+                        let v = value(tag_column, ids[tag_column]);
+                        tag_column += 1;
+                        match v {
+                            Some(v) => Some(PValue::Str(v.to_string())),
+                            None => continue, // NULL: not counted
+                        }
+                    }
                     CallSource::Time | CallSource::Field(_) => {
                         return Err(Error::Internal("a call the directory cannot answer".into()));
                     }
                 };
                 let st = out.call_states(i).ok_or_else(no_group)?;
-                fold_summary(st, grp, info.rows, None, tag.as_ref(), tag.as_ref())?;
+                fold_summary(st, grp, n, None, tag.as_ref(), tag.as_ref())?;
             }
         }
         Ok(())
