@@ -1274,30 +1274,30 @@ impl SealedFile {
                 continue;
             }
             matched += info.rows;
-            // The slot of `by_id` (for at most one tag) or the key of
-            // `seen` (for more) that holds the series' list.
+            // The slot of `by_id` that holds the series' list (at most one
+            // tag), or None: the list is found in `seen` by `key`.
             let slot = match width {
-                0 => 0,
-                1 => match id_of(0, s) {
+                0 => Some(0),
+                1 => Some(match id_of(0, s) {
                     TagColumn::NULL => by_id.len() - 1,
                     id => id as usize,
-                },
+                }),
                 _ => {
                     key.clear();
                     key.extend((0..width).map(|c| id_of(c, s)));
-                    0
+                    None
                 }
             };
-            let found = match width {
-                0 | 1 => by_id[slot],
-                _ => seen.get(&key).copied().unwrap_or(u32::MAX),
+            let found = match slot {
+                Some(i) => by_id[i],
+                None => seen.get(&key).copied().unwrap_or(u32::MAX),
             };
             let list = match found {
                 u32::MAX => {
                     let new = u32::try_from(rows.len()).map_err(|_| no_group())?;
-                    match width {
-                        0 | 1 => by_id[slot] = new,
-                        _ => {
+                    match slot {
+                        Some(i) => by_id[i] = new,
+                        None => {
                             seen.insert(key.clone(), new);
                         }
                     }
