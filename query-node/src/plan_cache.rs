@@ -32,6 +32,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use rustc_hash::FxHashMap;
+
 use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::context::SessionState;
@@ -91,8 +93,11 @@ struct Inner {
     /// The meta state version every kept plan was made under.
     version: u64,
     len: usize,
-    /// database → statement → optimized plan.
-    plans: HashMap<String, HashMap<Statement, Kept>>,
+    /// database → statement → optimized plan. Statements are hashed with
+    /// Fx, not SipHash: hashing the whole syntax tree on every query was a
+    /// few percent of a small answer's time, and with at most `MAX_PLANS`
+    /// kept, colliding keys can cost no more than that many comparisons.
+    plans: HashMap<String, FxHashMap<Statement, Kept>>,
 }
 
 impl Inner {
@@ -172,7 +177,8 @@ impl PlanCache {
 /// statement. Only texts that parsed, and only short ones, are kept.
 #[derive(Default)]
 pub struct ParseCache {
-    kept: Mutex<HashMap<String, Arc<[Statement]>>>,
+    /// Texts hashed with Fx, as statements in `PlanCache`.
+    kept: Mutex<FxHashMap<String, Arc<[Statement]>>>,
 }
 
 impl ParseCache {
@@ -208,7 +214,7 @@ impl ParseCache {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<[Statement]>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FxHashMap<String, Arc<[Statement]>>> {
         self.kept.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

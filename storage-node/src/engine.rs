@@ -144,6 +144,93 @@ impl Drop for ScanThreadPermit {
     }
 }
 
+/// Where a scan runs the steps that may take long: decoding many row
+/// groups, walking an open partition's rows, folding many series. A scan
+/// run on an async runtime's worker does its short steps there and hands
+/// the others to its place (tokio's `block_in_place`, which first hands
+/// the worker's other tasks to another thread); a short scan so never
+/// costs a thread hand-off. Any other scan runs every step where it is
+/// ([`Here`]).
+pub trait ScanPlace: Sync {
+    /// Runs `step` once, before returning.
+    fn run_long(&self, step: &mut dyn FnMut());
+}
+
+/// Runs every step of a scan on the scan's own thread.
+pub struct Here;
+
+impl ScanPlace for Here {
+    fn run_long(&self, step: &mut dyn FnMut()) {
+        step()
+    }
+}
+
+/// The work a scan may do before it hands its steps to
+/// [`ScanPlace::run_long`], in rows read: about four full row groups, a
+/// few tenths of a millisecond. The rest of a query runs on the same
+/// worker between awaits for as long (DataFusion's operators do), so a
+/// step this short holds up no more than they do.
+pub const SHORT_SCAN_WORK: u64 = 32_768;
+/// A partition walked counts as this many rows read (a snapshot and a few
+/// RocksDB reads): a scan over many partitions that each answer from the
+/// directory is not short.
+const PARTITION_WORK: u64 = 512;
+
+/// What is left of a scan's [`SHORT_SCAN_WORK`].
+struct ShortWork(u64);
+
+impl ShortWork {
+    /// Takes `work` from what is left; false (taking nothing) when it
+    /// does not fit.
+    fn take(&mut self, work: u64) -> bool {
+        match self.0.checked_sub(work) {
+            Some(left) => {
+                self.0 = left;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Runs `step` on `place` and returns what it returned.
+fn run_long<T>(place: &dyn ScanPlace, step: impl FnOnce() -> Result<T>) -> Result<T> {
+    let mut step = Some(step);
+    let mut result = None;
+    place.run_long(&mut || {
+        if let Some(step) = step.take() {
+            result = Some(step());
+        }
+    });
+    result.unwrap_or_else(|| {
+        Err(Error::Internal(
+            "a scan's place did not run its step".into(),
+        ))
+    })
+}
+
+/// Runs `step` here when `work` fits in what is left of `short`, else on
+/// `place`.
+fn run_step<T>(
+    short: &mut ShortWork,
+    work: u64,
+    place: &dyn ScanPlace,
+    step: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    if short.take(work) {
+        step()
+    } else {
+        run_long(place, step)
+    }
+}
+
+/// Rows of work to read `groups` row groups of `file` (at its mean rows a
+/// group) and to visit each of its series once, as every path does.
+fn file_work(file: &SealedFile, groups: usize) -> u64 {
+    let per_group = file.summary().rows / (file.row_groups().len().max(1) as u64);
+    (groups as u64).saturating_mul(per_group) + file.series().len() as u64
+}
+
 /// Row groups to read a thread must have at least before a sealed
 /// partition's scan is shared out: fewer is not worth a thread.
 pub const MIN_GROUPS_PER_SCAN_THREAD: usize = 2;
@@ -1237,6 +1324,24 @@ impl Engine {
         cancelled: &(dyn Fn() -> bool + Sync),
         emit: impl FnMut(RecordBatch) -> bool + Send,
     ) -> Result<ScanMetrics> {
+        self.scan_placed(req, threads, cancelled, &Here, emit)
+    }
+
+    /// [`Engine::scan_until`] with its long steps run on `place`: the walk
+    /// of each partition, the reading of each sealed file and the reading
+    /// of the files shared out each run on the calling thread while the
+    /// work estimated for them fits in what is left of
+    /// [`SHORT_SCAN_WORK`], and on `place` otherwise. An open partition
+    /// with rows, or a sealed one with late rows or deletes, always runs on
+    /// `place`. A scan that stays short reads its files on one thread.
+    pub fn scan_placed(
+        &self,
+        req: &ScanRequest,
+        threads: usize,
+        cancelled: &(dyn Fn() -> bool + Sync),
+        place: &dyn ScanPlace,
+        emit: impl FnMut(RecordBatch) -> bool + Send,
+    ) -> Result<ScanMetrics> {
         let query = Query::compile(req)?;
         let threads = threads.clamp(1, MAX_SCAN_THREADS);
         let split = threads > 1 && query.splits();
@@ -1267,59 +1372,94 @@ impl Engine {
         // with the row groups it reads of each: read once the partitions
         // have been walked, shared out over the threads.
         let mut files: Vec<(Arc<SealedFile>, Vec<usize>)> = Vec::new();
+        let mut short = ShortWork(SHORT_SCAN_WORK);
         for pid in self.walk_order(&req.partition_ids, &query)? {
             if out.done() {
                 break;
             }
-            Metrics::add(&out.metrics.partitions_scanned, 1);
-            // The snapshot and the sealed file are taken together, so a seal
-            // that commits meanwhile cannot make rows vanish or appear twice.
-            let (snapshot, file) = {
-                let _shared = self.swap.read().map_err(|_| poisoned())?;
-                (self.db.snapshot(), self.sealed_file(pid)?)
-            };
-            let open = self.open_range(&snapshot, pid, file.is_some())?;
-            match &file {
-                None => {
-                    scan_rows(&mut out, pid, open)?;
-                    out.flush_rows()?;
-                }
-                Some(f) => {
-                    let deletes: Vec<DeletePredicate> = self
-                        .snapshot_deletes(&snapshot, pid)?
-                        .into_iter()
-                        .map(|(_, d)| d)
-                        .collect();
-                    let mut late = open.peekable();
-                    if late.peek().is_none() && deletes.is_empty() {
-                        Metrics::add(&out.metrics.sealed_partitions_fast, 1);
-                        if split {
-                            // Read below, with the other sealed files.
-                            let groups = f.groups_to_read(&query)?;
-                            files.push((f.clone(), groups));
-                        } else {
-                            f.run(&mut out)?;
-                        }
-                    } else {
-                        Metrics::add(&out.metrics.sealed_partitions_merged, 1);
-                        Metrics::add(&out.metrics.row_groups_total, f.row_groups().len() as u64);
-                        let before = sealion_format::sealed::pages_decoded();
-                        let rows = merge_rows(without_deleted(f.rows(), deletes, pid), late);
-                        scan_rows(&mut out, pid, rows)?;
-                        out.flush_rows()?;
-                        Metrics::add(
-                            &out.metrics.pages_decoded,
-                            sealion_format::sealed::pages_decoded() - before,
-                        );
-                    }
-                }
+            let here = short.take(PARTITION_WORK);
+            let mut walk =
+                || self.walk_partition(pid, split, &mut out, &mut files, &mut short, place);
+            if here {
+                walk()?;
+            } else {
+                run_long(place, walk)?;
             }
         }
-        let parts = read_shared_out(&mut out, &files, threads, &send, &gone)?;
+        let work: u64 = files.iter().map(|(f, g)| file_work(f, g.len())).sum();
+        let parts = if short.take(work) {
+            // Not worth a thread.
+            read_shared_out(&mut out, &files, 1, &send, &gone)?
+        } else {
+            run_long(place, || {
+                read_shared_out(&mut out, &files, threads, &send, &gone)
+            })?
+        };
         let mut metrics = out.finish()?;
         Metrics::add_proto(&mut metrics, &parts);
         metrics.scan_threads = metrics.scan_threads.max(1);
         Ok(metrics)
+    }
+
+    /// One partition of [`Engine::scan_placed`]: an open one read through
+    /// the row path, a sealed one with late rows or deletes through the row
+    /// path over its file's rows merged with them (both on `place`), a
+    /// sealed one with nothing pending through its file's column paths,
+    /// here while short, or kept in `files` to be read with the others when
+    /// the scan is `split`.
+    fn walk_partition(
+        &self,
+        pid: u64,
+        split: bool,
+        out: &mut Output<'_>,
+        files: &mut Vec<(Arc<SealedFile>, Vec<usize>)>,
+        short: &mut ShortWork,
+        place: &dyn ScanPlace,
+    ) -> Result<()> {
+        Metrics::add(&out.metrics.partitions_scanned, 1);
+        // The snapshot and the sealed file are taken together, so a seal
+        // that commits meanwhile cannot make rows vanish or appear twice.
+        let (snapshot, file) = {
+            let _shared = self.swap.read().map_err(|_| poisoned())?;
+            (self.db.snapshot(), self.sealed_file(pid)?)
+        };
+        let open = self.open_range(&snapshot, pid, file.is_some())?;
+        let Some(f) = &file else {
+            return run_long(place, || {
+                scan_rows(out, pid, open)?;
+                Ok(out.flush_rows()?)
+            });
+        };
+        let deletes: Vec<DeletePredicate> = self
+            .snapshot_deletes(&snapshot, pid)?
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
+        let mut late = open.peekable();
+        if late.peek().is_none() && deletes.is_empty() {
+            Metrics::add(&out.metrics.sealed_partitions_fast, 1);
+            if split {
+                // Read later, with the other sealed files.
+                let groups = f.groups_to_read(out.query)?;
+                files.push((f.clone(), groups));
+                return Ok(());
+            }
+            let work = file_work(f, f.groups_may_read(out));
+            return run_step(short, work, place, || Ok(f.run(out)?));
+        }
+        Metrics::add(&out.metrics.sealed_partitions_merged, 1);
+        Metrics::add(&out.metrics.row_groups_total, f.row_groups().len() as u64);
+        run_long(place, || {
+            let before = sealion_format::sealed::pages_decoded();
+            let rows = merge_rows(without_deleted(f.rows(), deletes, pid), late);
+            scan_rows(out, pid, rows)?;
+            out.flush_rows()?;
+            Metrics::add(
+                &out.metrics.pages_decoded,
+                sealion_format::sealed::pages_decoded() - before,
+            );
+            Ok(())
+        })
     }
 
     /// The partitions a scan walks, each once, in the order asked, except
@@ -2908,6 +3048,130 @@ mod tests {
         })
         .unwrap();
         assert_eq!(calls, 1);
+    }
+
+    /// A place that counts the steps handed to it.
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl ScanPlace for Counting {
+        fn run_long(&self, step: &mut dyn FnMut()) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            step()
+        }
+    }
+
+    #[test]
+    fn a_scan_hands_its_place_only_the_steps_that_may_take_long() {
+        use sealion_common::proto::{
+            AggregateCall, AggregateFunction, AggregateSpec, TagOp, TagPredicate,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let cols = columns();
+        // Partition 1 sealed: 63,000 rows of seven hosts in eight row
+        // groups, each host's rows in two or three. Partition 2 open.
+        // Partitions 10..80 sealed, a few rows each.
+        let owned = seven_hosts(63_000);
+        let rows = borrowed(&owned);
+        let e = Engine::open(dir.path()).unwrap();
+        e.write(&cols, &[(1, vec![batch(&rows)])]).unwrap();
+        e.write(&cols, &[(2, vec![batch(&rows[..500])])]).unwrap();
+        e.seal(1, &cols).unwrap();
+        let many: Vec<u64> = (10..80).collect();
+        for &p in &many {
+            e.write(&cols, &[(p, vec![batch(&rows[..10])])]).unwrap();
+            e.seal(p, &cols).unwrap();
+        }
+        assert_eq!(e.sealed_file(1).unwrap().unwrap().row_groups().len(), 8);
+        let one_host = || {
+            vec![TagPredicate {
+                column: "host".into(),
+                op: TagOp::TagEq as i32,
+                values: vec!["h3".into()],
+            }]
+        };
+        let aggregate = |calls: Vec<AggregateFunction>, pids: Vec<u64>| ScanRequest {
+            aggregate: Some(AggregateSpec {
+                bucket_width_ns: 0,
+                bucket_origin_ns: 0,
+                group_tags: vec!["host".into()],
+                calls: calls
+                    .into_iter()
+                    .map(|f| AggregateCall {
+                        function: f as i32,
+                        column: if f == AggregateFunction::AggCount {
+                            ""
+                        } else {
+                            "v"
+                        }
+                        .into(),
+                    })
+                    .collect(),
+                states_as_answers: true,
+            }),
+            ..req(pids)
+        };
+        let max = || vec![AggregateFunction::AggMax];
+        let count = || vec![AggregateFunction::AggCount];
+        let cases = [
+            // One host's last row: the directory's.
+            (
+                ScanRequest {
+                    last_per_series: true,
+                    tag_predicates: one_host(),
+                    ..req(vec![1])
+                },
+                false,
+            ),
+            // One host's maximum: its two or three groups.
+            (
+                ScanRequest {
+                    tag_predicates: one_host(),
+                    ..aggregate(max(), vec![1])
+                },
+                false,
+            ),
+            // Counts the directory gives.
+            (aggregate(count(), vec![1]), false),
+            // Every host's maximum: all eight groups.
+            (aggregate(max(), vec![1]), true),
+            // An open partition's rows.
+            (aggregate(count(), vec![2]), true),
+            // Seventy partitions, each answered by its directory.
+            (aggregate(count(), many.clone()), true),
+            (aggregate(count(), many[..20].to_vec()), false),
+        ];
+        for (r, long) in cases {
+            for threads in [1, 2] {
+                let place = Counting(Default::default());
+                let mut batches = Vec::new();
+                e.scan_placed(&r, threads, &|| false, &place, |b| {
+                    batches.push(b);
+                    true
+                })
+                .unwrap();
+                let got = answer_text(&batches, r.aggregate.is_some());
+                assert_eq!(got, threaded_answer_text(&e, &r, threads), "{r:?}");
+                assert!(!got.is_empty(), "{r:?}");
+                let steps = place.0.into_inner();
+                assert_eq!(
+                    steps > 0,
+                    long,
+                    "{threads} threads, {steps} long steps: {r:?}"
+                );
+            }
+        }
+    }
+
+    /// The text answer of `r` on `threads` threads with every step run
+    /// where the scan runs.
+    fn threaded_answer_text(e: &Engine, r: &ScanRequest, threads: usize) -> Vec<String> {
+        let mut batches = Vec::new();
+        e.scan_until(r, threads, &|| false, |b| {
+            batches.push(b);
+            true
+        })
+        .unwrap();
+        answer_text(&batches, r.aggregate.is_some())
     }
 
     #[test]

@@ -28,7 +28,7 @@ use sealion_common::proto::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::engine::{EncodedWrite, Engine};
+use crate::engine::{EncodedWrite, Engine, Here, ScanPlace};
 use crate::{Error, Result};
 use sealion_format::scan::{Mode, Query, aggregate_schema};
 
@@ -608,13 +608,14 @@ impl Scanner {
         &self,
         scan: &ScanRequest,
         cancelled: &(dyn Fn() -> bool + Sync),
+        place: &dyn ScanPlace,
         mut emit: impl FnMut(RecordBatch) -> bool + Send,
     ) -> Result<ScanMetrics> {
         let permit = self.budget.take(self.threads.saturating_sub(1));
         let mut bytes = 0u64;
         let mut m = self
             .engine
-            .scan_until(scan, permit.threads(), cancelled, |batch| {
+            .scan_placed(scan, permit.threads(), cancelled, place, |batch| {
                 bytes += sealion_format::batch_bytes(&batch);
                 emit(batch)
             })?;
@@ -654,7 +655,7 @@ fn start_scan(scanner: Scanner, scan: ScanRequest) -> Result<StartedScan, Status
     tokio::task::spawn_blocking(move || {
         let mut gave_up = false;
         let handle = tokio::runtime::Handle::current();
-        let result = scanner.run(&scan, &|| tx.is_closed(), |batch| {
+        let result = scanner.run(&scan, &|| tx.is_closed(), &Here, |batch| {
             // A reader that stops reading for this long loses its scan
             // (and this thread and the snapshot it holds are freed).
             match handle.block_on(tx.send_timeout(Ok(batch), SCAN_SEND_TIMEOUT)) {
@@ -714,10 +715,24 @@ fn may_block_in_place() -> bool {
     })
 }
 
-/// `scan` run where the returned stream is first polled (tokio's
-/// `block_in_place`), its answer then yielded from memory: no blocking
-/// thread to wake and none to wake the caller back, which for a small
-/// answer (a last point, a one-hour aggregate) is a good part of its time.
+/// A scan's long steps run in tokio's `block_in_place`: the worker's other
+/// tasks go to another thread first (woken or started for it), and the
+/// scan's thread rejoins the pool once the task yields.
+struct BlockInPlace;
+
+impl ScanPlace for BlockInPlace {
+    fn run_long(&self, step: &mut dyn FnMut()) {
+        metrics::counter!("sealion_storage_scan_steps_blocking_total").increment(1);
+        tokio::task::block_in_place(step)
+    }
+}
+
+/// `scan` run where the returned stream is first polled, its answer then
+/// yielded from memory. Its short steps run right there on the worker and
+/// its long ones in `block_in_place` ([`BlockInPlace`]): a small answer (a
+/// last point, a one-hour aggregate) wakes no other thread and waits for
+/// none, which would be a good part of its time, and a large one holds up
+/// no other task.
 ///
 /// The stream cannot be dropped while the scan runs, so the scan stops by
 /// itself once `deadline` passes and the stream ends in
@@ -729,7 +744,7 @@ fn scan_in_place(
     deadline: Option<std::time::Instant>,
 ) -> ScanItems {
     futures::stream::once(async move {
-        let items = tokio::task::block_in_place(|| run_in_place(&scanner, &scan, deadline));
+        let items = run_in_place(&scanner, &scan, deadline, &BlockInPlace);
         futures::stream::iter(items)
     })
     .flatten()
@@ -741,6 +756,7 @@ fn run_in_place(
     scanner: &Scanner,
     scan: &ScanRequest,
     deadline: Option<std::time::Instant>,
+    place: &dyn ScanPlace,
 ) -> Vec<Result<ScanItem, Status>> {
     use std::sync::atomic::{AtomicBool, AtomicU32};
     let late = AtomicBool::new(false);
@@ -765,7 +781,7 @@ fn run_in_place(
         past
     };
     let mut items = Vec::new();
-    let result = scanner.run(scan, &past_deadline, |batch| {
+    let result = scanner.run(scan, &past_deadline, place, |batch| {
         items.push(Ok(ScanItem::Batch(batch)));
         true
     });

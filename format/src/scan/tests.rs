@@ -1432,6 +1432,77 @@ proptest! {
         let (batches, _) = try_sealed_shares(&req, &file, shares).unwrap();
         prop_assert!(close(&r, &answer_from(&r, &batches, true), &want));
     }
+
+    /// `groups_may_read`, asked before a scan of one sealed file, is never
+    /// below the row groups the scan then reads, in every mode.
+    #[test]
+    fn groups_may_read_bounds_the_groups_a_scan_reads(
+        rows in prop::collection::vec(row(), 1..300),
+        reqs in prop::collection::vec(req(), 1..6),
+        group in prop_oneof![Just(16usize), Just(64)],
+    ) {
+        let stored = stored(&rows);
+        let dir = tempfile::tempdir().unwrap();
+        let file = seal(dir.path(), &stored, group, 4);
+        for r in &reqs {
+            let Ok(q) = Query::compile(&to_proto(r)) else {
+                continue;
+            };
+            let mut emit = |_: RecordBatch| true;
+            let mut out = Output::new(&q, &mut emit);
+            let bound = file.groups_may_read(&out);
+            if file.run(&mut out).is_err() {
+                continue;
+            }
+            let m = out.finish().unwrap();
+            let read = m.row_groups_total - m.row_groups_skipped;
+            prop_assert!(read <= bound as u64, "read {} > {} for {:?}: {:?}", read, bound, r, m);
+        }
+    }
+}
+
+/// `groups_may_read` counts only what the directory cannot rule out: the
+/// groups of the one host asked for, none for a count the directory gives
+/// or for a host's last row, every group in range without a tag predicate.
+#[test]
+fn groups_may_read_counts_only_the_candidates() {
+    let rows = fleet();
+    let dir = tempfile::tempdir().unwrap();
+    // Groups of 100 rows: two per host.
+    let file = seal(dir.path(), &rows, 100, 50);
+    let may_read = |r: Req| {
+        let q = Query::compile(&to_proto(&r)).unwrap();
+        let mut emit = |_: RecordBatch| true;
+        let out = Output::new(&q, &mut emit);
+        file.groups_may_read(&out)
+    };
+    let of = |tags: Vec<TagP>, want: Want| Req {
+        start: i64::MIN,
+        end: i64::MAX,
+        tags,
+        field: None,
+        columns: vec![true; COLUMNS],
+        want,
+    };
+    let host = || vec![TagP::Eq("host", "host_03".into())];
+    let rows_of = || Want::Rows { limit: 0 };
+    assert_eq!(may_read(of(host(), rows_of())), 2);
+    assert_eq!(may_read(of(vec![], rows_of())), 100);
+    // Rows 0..1000 s of every host: its first group only.
+    let mut early = of(host(), rows_of());
+    early.end = 900;
+    assert_eq!(may_read(early), 1);
+    let count = Want::Agg {
+        width: 0,
+        origin: 0,
+        by_host: true,
+        by_region: false,
+        calls: vec![(AggregateKind::Count, "")],
+        as_answers: true,
+    };
+    assert_eq!(may_read(of(vec![], count)), 0);
+    assert_eq!(may_read(of(host(), Want::Last { rows: 1 })), 0);
+    assert_eq!(may_read(of(host(), Want::Last { rows: 2 })), 2);
 }
 
 #[test]

@@ -149,10 +149,13 @@ impl SeriesByTag {
             for (name, value) in decode_series(&s.key)? {
                 let column = match index.tags.get_mut(name) {
                     Some(column) => column,
-                    None => index.tags.entry(name.to_string()).or_insert_with(|| TagColumn {
-                        of_series: vec![TagColumn::NULL; n],
-                        ..TagColumn::default()
-                    }),
+                    None => index
+                        .tags
+                        .entry(name.to_string())
+                        .or_insert_with(|| TagColumn {
+                            of_series: vec![TagColumn::NULL; n],
+                            ..TagColumn::default()
+                        }),
                 };
                 let id = match column.ids.get(value) {
                     Some(&id) => id,
@@ -175,7 +178,11 @@ impl SeriesByTag {
     pub fn series(&self, tag: &str, value: &str) -> &[u32] {
         self.tags
             .get(tag)
-            .and_then(|c| c.ids.get(value).map(|&id| c.holders[id as usize].as_slice()))
+            .and_then(|c| {
+                c.ids
+                    .get(value)
+                    .map(|&id| c.holders[id as usize].as_slice())
+            })
             .unwrap_or(&[])
     }
 

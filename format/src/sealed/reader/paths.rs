@@ -168,6 +168,54 @@ impl SealedFile {
         Ok(self.candidates(q, &ctxs))
     }
 
+    /// At most how many row groups [`SealedFile::run`] reads to answer
+    /// `out`'s query as `out` stands: what a caller weighs before running a
+    /// scan where a long one would hold up other work. Cheap: it decodes no
+    /// series key and reads no page, and it overcounts rather than under.
+    ///
+    /// An aggregate the directory answers reads none. Otherwise the groups
+    /// in the time range holding a series an `IN` tag predicate leaves
+    /// (each series' count summed, a group shared by two counted twice),
+    /// or every group in the time range when no such predicate narrows the
+    /// series. Each series' newest rows pass over a series a newer
+    /// partition settled and, for one row a series with no field filter,
+    /// one whose directory row is in range.
+    pub fn groups_may_read(&self, out: &Output<'_>) -> usize {
+        let q = out.query;
+        if self.aggregates_from_directory(q) {
+            return 0;
+        }
+        let in_time =
+            |g: &&super::RowGroupInfo| g.max_time_ns >= q.start_ns && g.min_time_ns < q.end_ns;
+        let Some(series) = self.in_tag_candidates(q) else {
+            return self.groups.iter().filter(in_time).count();
+        };
+        let mut n = 0;
+        for s in series {
+            let info = &self.series[s];
+            if info.rows == 0 {
+                continue;
+            }
+            if let Mode::Last { rows } = q.mode {
+                let from_directory = rows == 1
+                    && q.filter.is_none()
+                    && info.last_time_ns >= q.start_ns
+                    && info.last_time_ns < q.end_ns;
+                if from_directory || out.series_settled(&info.key, info.last_time_ns) {
+                    continue;
+                }
+            }
+            let first = self
+                .groups
+                .partition_point(|g| g.first_row + u64::from(g.rows) <= info.first_row);
+            let last = self
+                .groups
+                .partition_point(|g| g.first_row < info.first_row + info.rows);
+            n += self.groups[first..last].iter().filter(in_time).count();
+        }
+        n
+    }
+
     /// Share `share` of `shares` of a scan split across threads: answers
     /// `out`'s query over one contiguous run of `groups` (as
     /// `groups_to_read` gave them), the shares together reading each group
