@@ -205,15 +205,24 @@ impl SealedFile {
                     continue;
                 }
             }
-            let first = self
-                .groups
-                .partition_point(|g| g.first_row + u64::from(g.rows) <= info.first_row);
-            let last = self
-                .groups
-                .partition_point(|g| g.first_row < info.first_row + info.rows);
-            n += self.groups[first..last].iter().filter(in_time).count();
+            n += self.groups[self.groups_of_series(s)]
+                .iter()
+                .filter(in_time)
+                .count();
         }
         n
+    }
+
+    /// The row groups holding rows of series `s` (its rows are contiguous).
+    fn groups_of_series(&self, s: usize) -> std::ops::Range<usize> {
+        let info = &self.series[s];
+        let first = self
+            .groups
+            .partition_point(|g| g.first_row + u64::from(g.rows) <= info.first_row);
+        let last = self
+            .groups
+            .partition_point(|g| g.first_row < info.first_row + info.rows);
+        first..last
     }
 
     /// Share `share` of `shares` of a scan split across threads: answers
@@ -1516,14 +1525,7 @@ impl SealedFile {
         // `rows` matches.
         let mut by_group: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
         for &s in &pending {
-            let info = &self.series[s];
-            let first = self
-                .groups
-                .partition_point(|g| g.first_row + u64::from(g.rows) <= info.first_row);
-            let last = self
-                .groups
-                .partition_point(|g| g.first_row < info.first_row + info.rows);
-            for g in first..last {
+            for g in self.groups_of_series(s) {
                 by_group.entry(g).or_default().push(s);
             }
         }
