@@ -253,7 +253,9 @@ def markdown(r: dict, pngs: list[str]) -> str:
     table, key, n_fields = _table(r)
     L.append(f"# Sealion against peers: {r['scale']} scale{', IoT queries' if _iot(r) else ''}, "
              f"{r['started'][:10]}\n")
-    if build and build != "release":
+    # The label is free text (a profile, or a commit for an A/B); only a
+    # debug build's timings are not Sealion's.
+    if build and "debug" in build.lower():
         L.append(f"> **This is a {build.upper()}-build run of Sealion** (`{r.get('sealion_binary')}`). "
                  "Its Sealion timings and ingest rates are not representative of Sealion; the parity results, "
                  "the peers' figures and the bytes on disk are. Re-run with a release binary for figures.\n")

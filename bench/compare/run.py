@@ -235,7 +235,9 @@ def main() -> int:
     ap.add_argument("--scale", choices=list(SCALES), default="quick")
     ap.add_argument("--sealion", type=Path, help="the sealion binary (required unless sealion is left out of --systems)")
     ap.add_argument("--build-label", default=None,
-                    help="how the Sealion binary was built, for the report (default: guessed from the path: "
+                    help="how the Sealion binary was built, for the report and the output file names (a "
+                         "commit will do for a release build; a label containing 'debug' marks Sealion's "
+                         "timings as not representative; default: guessed from the path: "
                          "'debug' if it contains /debug/, 'release' if /release/)")
     ap.add_argument("--sealion-arg", action="append", default=[],
                     help="an extra argument for `sealion standalone` (repeat it; e.g. "
