@@ -275,7 +275,7 @@ def main() -> int:
     ap.add_argument("--max-runs", type=int, default=50, help="timed runs per query per system at most (--min-time)")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--noise-runs", type=int, default=20)
-    ap.add_argument("--only", default="", help="only the queries whose name contains this")
+    ap.add_argument("--only", default="", help="only the queries whose name contains this (several, comma-separated: any of them)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", type=Path, default=None, help="work dir (default: a new temp dir, removed at the end)")
     ap.add_argument("--keep-work", action="store_true", help="keep the work dir (data dirs, logs)")
@@ -420,7 +420,7 @@ def main() -> int:
 
         # Parity.
         qs = [q for q in (queries.build(scale) if a.query_data == "cpu" else queries.build_iot(scale, iot_days))
-              if a.only in q.name]
+              if any(part in q.name for part in a.only.split(","))]
         result["queries"] = [{"name": q.name, "group": q.group, "sql": q.sql, "skip": q.skip} for q in qs]
         parity_res: dict[str, dict] = {}
         log(f"parity: {len(qs)} queries x {len(qsys)} systems")
